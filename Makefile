@@ -1,0 +1,58 @@
+# vgpu-operator: every set-up step a fresh machine needs, then the checks.
+#   make test   - the whole suite: lint, mypy --strict, unit and cluster tests (README's test command)
+#   make demo   - the local demo on a real apiserver with simulated GPU nodes
+#   make unit   - the tests that need no cluster
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: setup controlplane lint unit cluster-tests test demo crds bench clean check-leftovers
+
+$(STAMP): pyproject.toml
+	@echo "==> creating $(VENV) with $(PYTHON) and installing vgpu-operator[dev]"
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP)
+
+# Builds (once; cached in ~/.cache/vgpu-operator) etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, kwok and helm from Go modules. KUBEBUILDER_ASSETS skips apiserver+etcd.
+controlplane: setup
+	@if [ -n "$$VGPU_TEST_KUBECONFIG" ]; then echo "==> using the cluster in VGPU_TEST_KUBECONFIG"; \
+	else time $(BIN)/vgpu-operator dev-cluster build; fi
+
+lint: setup
+	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/mypy --strict operator/vgpu_operator
+
+unit: setup
+	$(BIN)/pytest -m "not cluster" -q $(PYTEST_ARGS)
+
+test: setup controlplane lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory check-leftovers
+
+# No control-plane process of the test session may outlive it.
+check-leftovers:
+	@if pgrep -af 'vgpu-testcluster-' >/dev/null; then \
+	  echo "control-plane processes left running after the tests:"; pgrep -af 'vgpu-testcluster-'; exit 1; \
+	else echo "==> no control-plane process left running"; fi
+
+demo: setup controlplane
+	$(BIN)/vgpu-operator demo
+
+crds: setup
+	$(BIN)/vgpu-operator crds -o crds
+
+bench: setup controlplane
+	$(BIN)/python bench/convergence.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

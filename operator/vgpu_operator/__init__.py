@@ -1,0 +1,8 @@
+"""vgpu-operator: declarative, consistency-checked GPU virtualization for Volcano."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("vgpu-operator")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"

@@ -1,0 +1,109 @@
+"""`vgpu-operator` command line: one console script, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from vgpu_operator import __version__
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _state_file() -> Path:
+    from vgpu_operator.devcluster import binaries
+
+    return binaries.cache_root() / "dev-cluster.json"
+
+
+def cmd_dev_cluster(args: argparse.Namespace) -> int:
+    from vgpu_operator.devcluster import binaries
+    from vgpu_operator.devcluster.cluster import LocalCluster, stop_pids
+
+    state = _state_file()
+    if args.action == "build":
+        binaries.ensure_all()
+        return 0
+    if args.action == "up":
+        if state.exists():
+            print(f"a dev cluster is already up (see {state}); run 'dev-cluster down' first")
+            return 1
+        cluster = LocalCluster.start(detach=True)
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(
+            json.dumps(
+                {"workdir": str(cluster.workdir), "pids": cluster.pids, "server": cluster.server}
+            )
+        )
+        print(cluster.kubeconfig)
+        return 0
+    if args.action == "down":
+        if not state.exists():
+            print("no dev cluster is up")
+            return 0
+        info = json.loads(state.read_text())
+        stop_pids({k: int(v) for k, v in info["pids"].items()})
+        import shutil
+
+        shutil.rmtree(info["workdir"], ignore_errors=True)
+        state.unlink()
+        print("dev cluster stopped")
+        return 0
+    # status
+    if not state.exists():
+        print("no dev cluster is up")
+        return 1
+    info = json.loads(state.read_text())
+    print(f"server: {info['server']}\nkubeconfig: {info['workdir']}/kubeconfig-admin")
+    return 0
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    from vgpu_operator import crdgen
+
+    if args.output:
+        crdgen.write_crds(Path(args.output))
+    else:
+        sys.stdout.write(crdgen.render_crds())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vgpu-operator",
+        description="Declarative, consistency-checked GPU virtualization for Volcano.",
+    )
+    parser.add_argument("--version", action="version", version=f"vgpu-operator {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    dc = sub.add_parser("dev-cluster", help="a local control plane (etcd, apiserver, kwok)")
+    dc.add_argument("action", choices=["up", "down", "status", "build"])
+    dc.set_defaults(func=cmd_dev_cluster)
+
+    crds = sub.add_parser("crds", help="print (or write) the CRDs generated from the models")
+    crds.add_argument("-o", "--output", help="directory to write the CRD files into")
+    crds.set_defaults(func=cmd_crds)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Command | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    # SIGTERM behaves like Ctrl-C, so every command tears down what it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

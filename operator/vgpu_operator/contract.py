@@ -1,0 +1,66 @@
+"""The node contract: label and annotation names shared by the controller, the agent and rollout.
+
+Every key the operator, the node agent and the transition logic read or write on a Node is named
+here and only here (docs/design.md, "The node contract").
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+GROUP: Final = "vgpu.volcano.sh"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+POLICY_KIND: Final = "VGPUNodePolicy"
+POLICY_PLURAL: Final = "vgpunodepolicies"
+POLICY_SINGULAR: Final = "vgpunodepolicy"
+POLICY_SHORT: Final = "vnp"
+CATEGORY: Final = "vgpu"
+
+# Labels.
+LABEL_POLICY: Final = f"{GROUP}/policy"  # controller: name of the owning policy
+LABEL_MODE: Final = f"{GROUP}/mode"  # controller: hami-core | mig | whole-gpu | ascend-vnpu
+LABEL_STATE: Final = f"{GROUP}/state"  # agent: pending | applying | success | failed | blocked
+LABEL_EXCLUDE: Final = f"{GROUP}/exclude"  # user: "true" keeps the node out of every policy
+
+# Annotations (JSON payloads).
+ANN_OWNED: Final = f"{GROUP}/owned"  # controller: labels and taints the operator set
+ANN_TARGET: Final = f"{GROUP}/target"  # controller: desired node configuration
+ANN_CONFIG: Final = f"{GROUP}/config"  # controller: configuration released to the node
+ANN_INVENTORY: Final = f"{GROUP}/inventory"  # agent: what the hardware has
+ANN_ROLLOUT: Final = f"{GROUP}/rollout"  # controller: transition state machine
+
+# The finalizer on policies (own prefix, not Kopf's default).
+FINALIZER: Final = f"{GROUP}/finalizer"
+
+# Field manager names for server-side bookkeeping of who wrote what.
+FIELD_MANAGER: Final = "vgpu-operator"
+AGENT_FIELD_MANAGER: Final = "vgpu-operator-agent"
+
+Mode = Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
+MODES: Final[tuple[Mode, ...]] = ("hami-core", "mig", "whole-gpu", "ascend-vnpu")
+
+AgentState = Literal["pending", "applying", "success", "failed", "blocked"]
+AGENT_STATES: Final[tuple[AgentState, ...]] = (
+    "pending",
+    "applying",
+    "success",
+    "failed",
+    "blocked",
+)
+
+# Labels NVIDIA GPU Feature Discovery sets, which the simulated nodes carry too.
+GFD_PRODUCT: Final = "nvidia.com/gpu.product"
+GFD_COUNT: Final = "nvidia.com/gpu.count"
+GFD_MEMORY: Final = "nvidia.com/gpu.memory"
+GFD_MIG_CAPABLE: Final = "nvidia.com/mig.capable"
+
+# The GPU Operator's per-node switch for its device plugin (HAMi #829).
+GPU_OPERATOR_DEVICE_PLUGIN_LABEL: Final = "nvidia.com/gpu.deploy.device-plugin"
+
+# Defaults the seeds use.
+DEFAULT_NODE_LABELS: Final = {"volcano.sh/vgpu.enabled": "true"}
+DEFAULT_TAINT_KEY: Final = "volcano.sh/vgpu"
+DEFAULT_TAINT_VALUE: Final = "hami"
+DEFAULT_TAINT_EFFECT: Final = "NoSchedule"
+ASCEND_DEFAULT_NODE_LABELS: Final = {"ascend": "on"}

@@ -1,0 +1,382 @@
+"""A real local control plane: etcd, kube-apiserver, controller manager, scheduler and kwok.
+
+Everything runs as child processes in one temp dir on free loopback ports. The apiserver has real
+authentication (a static token per component, so the audit log tells who wrote what),
+`--authorization-mode=RBAC`, ServiceAccount signing keys and an audit log of every write.
+Teardown stops the clients first, then the apiserver, then etcd, and removes the temp dir; children
+started in the foreground also get PR_SET_PDEATHSIG so they die with the process that started them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vgpu_operator.devcluster import binaries
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+"""
+
+# One identity per component: the audit log can then attribute every write.
+IDENTITIES: dict[str, tuple[str, str]] = {
+    # name -> (username, groups)
+    "admin": ("admin", "system:masters"),
+    "kwok": ("kwok", "system:masters"),
+    "controller-manager": ("system:kube-controller-manager", "system:masters"),
+    "scheduler": ("system:kube-scheduler", "system:masters"),
+}
+
+STOP_ORDER = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+STOP_GRACE = {"kube-apiserver": 20.0, "etcd": 10.0}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _generate_sa_keys(directory: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (directory / "sa.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    (directory / "sa.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def write_kubeconfig(path: Path, server: str, token: str, ca_file: Path | None, user: str) -> Path:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_file is not None:
+        cluster["certificate-authority"] = str(ca_file)
+    else:
+        cluster["insecure-skip-tls-verify"] = True
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    }
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML; no dependency needed
+    return path
+
+
+@dataclass
+class LocalCluster:
+    """A running local control plane. Use `start()`/`stop()` or `with LocalCluster.run():`."""
+
+    workdir: Path
+    server: str = ""
+    tokens: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    log: Callable[[str], None] = binaries._stderr_log
+    with_scheduler: bool = True
+    with_kwok: bool = True
+    with_controller_manager: bool = True
+
+    # -- paths ------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (system:masters)."""
+        return self.workdir / "kubeconfig-admin"
+
+    def kubeconfig_for(self, identity: str) -> Path:
+        return self.workdir / f"kubeconfig-{identity}"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "certs" / "apiserver.crt"
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @classmethod
+    @contextlib.contextmanager
+    def run(cls, **kwargs: Any) -> Iterator[LocalCluster]:
+        cluster = cls.start(**kwargs)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+    @classmethod
+    def start(
+        cls, *, detach: bool = False, prefix: str = "vgpu-devcluster-", **kwargs: Any
+    ) -> LocalCluster:
+        bins = binaries.ensure_all(
+            names=("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok")
+        )
+        workdir = Path(tempfile.mkdtemp(prefix=prefix))
+        cluster = cls(workdir=workdir, **kwargs)
+        try:
+            cluster._start(bins, detach=detach)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _spawn(self, name: str, args: list[str], detach: bool) -> None:
+        logf = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            args,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=None if detach else _die_with_parent,
+        )
+        logf.close()
+        self.processes[name] = proc
+        self.pids[name] = proc.pid
+
+    def _start(self, bins: dict[str, Path], *, detach: bool) -> None:
+        t0 = time.monotonic()
+        d = self.workdir
+        (d / "certs").mkdir()
+        _generate_sa_keys(d)
+        (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        self.tokens = {name: secrets.token_hex(16) for name in IDENTITIES}
+        (d / "tokens.csv").write_text(
+            "".join(
+                f'{self.tokens[n]},{user},{user}-uid,"{groups}"\n'
+                for n, (user, groups) in IDENTITIES.items()
+            )
+        )
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        self._spawn(
+            "etcd",
+            [
+                str(bins["etcd"]),
+                f"--data-dir={d / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            detach,
+        )
+        self.server = f"https://127.0.0.1:{api_port}"
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(bins["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                f"--secure-port={api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--cert-dir={d / 'certs'}",
+                f"--token-auth-file={d / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={d / 'sa.pub'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                f"--audit-policy-file={d / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--profiling=false",
+            ],
+            detach,
+        )
+        self._wait_ready(timeout=90)
+        for name in IDENTITIES:
+            user = IDENTITIES[name][0]
+            write_kubeconfig(
+                self.kubeconfig_for(name), self.server, self.tokens[name], self.ca_file, user
+            )
+        if self.with_controller_manager:
+            k = self.kubeconfig_for("controller-manager")
+            self._spawn(
+                "kube-controller-manager",
+                [
+                    str(bins["kube-controller-manager"]),
+                    f"--kubeconfig={k}",
+                    f"--authentication-kubeconfig={k}",
+                    f"--authorization-kubeconfig={k}",
+                    f"--service-account-private-key-file={d / 'sa.key'}",
+                    f"--root-ca-file={self.ca_file}",
+                    "--use-service-account-credentials=true",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--concurrent-deployment-syncs=10",
+                ],
+                detach,
+            )
+        if self.with_scheduler:
+            k = self.kubeconfig_for("scheduler")
+            self._spawn(
+                "kube-scheduler",
+                [
+                    str(bins["kube-scheduler"]),
+                    f"--kubeconfig={k}",
+                    f"--authentication-kubeconfig={k}",
+                    f"--authorization-kubeconfig={k}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                ],
+                detach,
+            )
+        if self.with_kwok:
+            self._spawn(
+                "kwok",
+                [
+                    str(bins["kwok"]),
+                    f"--kubeconfig={self.kubeconfig_for('kwok')}",
+                    f"--config={binaries.kwok_stages()}",
+                    "--manage-all-nodes=false",
+                    "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                    "--node-lease-duration-seconds=40",
+                    "--cidr=10.0.0.1/24",
+                    "--node-ip=10.0.0.1",
+                ],
+                detach,
+            )
+        (d / "cluster.json").write_text(
+            json.dumps({"server": self.server, "pids": self.pids, "workdir": str(d)})
+        )
+        self.log(f"control plane up in {time.monotonic() - t0:.1f}s: {self.server}")
+
+    def _wait_ready(self, timeout: float) -> None:
+        ctx = ssl.create_default_context(cafile=None)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name in ("etcd", "kube-apiserver"):
+                proc = self.processes.get(name)
+                if proc is not None and proc.poll() is not None:
+                    tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                    raise ClusterError(f"{name} exited with {proc.returncode}:\n{tail}")
+            req = urllib.request.Request(
+                f"{self.server}/readyz",
+                headers={"Authorization": f"Bearer {self.tokens['admin']}"},
+            )
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.25)
+        raise ClusterError(f"kube-apiserver not ready after {timeout}s: {last}")
+
+    def check_running(self) -> list[str]:
+        """Names of components that have exited (an empty list when all are up)."""
+        return [n for n, p in self.processes.items() if p.poll() is not None]
+
+    def stop(self) -> None:
+        """Stop clients, then the apiserver, then etcd; SIGKILL what outlives its bound."""
+        stop_pids(self.pids, self.processes)
+        self.processes.clear()
+        self.pids.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- audit log --------------------------------------------------------------------------
+    def audit_events(self, *, user: str | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        """Audit events (writes only, per the policy) after byte `offset`, optionally by user."""
+        if not self.audit_log.exists():
+            return []
+        with self.audit_log.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+        events = [json.loads(line) for line in data.splitlines() if line.strip()]
+        if user is not None:
+            events = [e for e in events if e.get("user", {}).get("username") == user]
+        return events
+
+    def audit_offset(self) -> int:
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def stop_pids(
+    pids: dict[str, int], processes: dict[str, subprocess.Popen[bytes]] | None = None
+) -> None:
+    processes = processes or {}
+    for name in STOP_ORDER:
+        pid = pids.get(name)
+        if pid is None:
+            continue
+        proc = processes.get(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE.get(name, 5.0)
+        while time.monotonic() < deadline:
+            if proc is not None:
+                if proc.poll() is not None:
+                    break
+            elif not _alive(pid):
+                break
+            time.sleep(0.05)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)

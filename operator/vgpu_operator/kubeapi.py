@@ -1,0 +1,80 @@
+"""Plain-JSON requests through a kubernetes-asyncio ApiClient.
+
+The generated typed models are slow to build for thousands of Nodes and their stubs reject plain
+dict bodies, so the operator reads and writes JSON dicts through this one helper. It reuses the
+client's connection pool, authentication and TLS settings.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.rest import ApiException
+
+from vgpu_operator import contract
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON = "application/json"
+
+__all__ = ["JSON", "MERGE_PATCH", "ApiException", "Conflict", "NotFound", "request"]
+
+
+class Conflict(Exception):
+    """HTTP 409: the object changed since it was read. Read again and recompute."""
+
+
+class NotFound(Exception):
+    """HTTP 404."""
+
+
+async def request(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    query: dict[str, str] | None = None,
+    content_type: str = JSON,
+    field_manager: str | None = contract.FIELD_MANAGER,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """One API request; returns the decoded JSON body. 404 -> NotFound, 409 -> Conflict."""
+    params = dict(query or {})
+    if field_manager and method in ("POST", "PUT", "PATCH"):
+        params["fieldManager"] = field_manager
+    raw: Any = api
+    try:
+        resp = await raw.call_api(
+            path,
+            method,
+            query_params=list(params.items()),
+            header_params={"Content-Type": content_type, "Accept": JSON},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=timeout,
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            raise NotFound(path) from exc
+        if exc.status == 409:
+            raise Conflict(path) from exc
+        raise
+    data = await resp.read()
+    result: dict[str, Any] = json.loads(data) if data else {}
+    return result
+
+
+def node_path(name: str | None = None) -> str:
+    return "/api/v1/nodes" + (f"/{quote(name)}" if name else "")
+
+
+def policy_path(name: str | None = None, *, status: bool = False) -> str:
+    base = f"/apis/{contract.GROUP}/{contract.VERSION}/{contract.POLICY_PLURAL}"
+    if name is None:
+        return base
+    return f"{base}/{quote(name)}" + ("/status" if status else "")

@@ -1,0 +1,70 @@
+"""Payloads of the node contract's JSON annotations (contract.ANN_*).
+
+`NodeConfig` is both `vgpu.volcano.sh/target` (what the policies want) and
+`vgpu.volcano.sh/config` (what is released to the node: the agent applies it and the
+node-config ConfigMap entry says it). `Owned` is the record of what the operator set, so it
+removes only that.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vgpu_operator.models.policy import AscendVnpuSpec, HamiCoreSpec, MigSpec, Taint
+
+
+class NodeConfig(BaseModel):
+    """A node's desired (target) or released (config) configuration."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    mode: Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
+    policy: str | None = None
+    generation: int = 0
+    hami_core: HamiCoreSpec | None = Field(default=None, alias="hamiCore")
+    ascend_vnpu: AscendVnpuSpec | None = Field(default=None, alias="ascendVnpu")
+    mig: MigSpec | None = None
+
+    def to_annotation(self) -> str:
+        return json.dumps(
+            self.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_annotation(cls, raw: str | None) -> NodeConfig | None:
+        if not raw:
+            return None
+        return cls.model_validate_json(raw)
+
+    def same_hardware_as(self, other: NodeConfig | None) -> bool:
+        """True when the GPUs need no change between the two (mode and MIG layout agree)."""
+        mine = self.mig if self.mode == "mig" else None
+        theirs = other.mig if other is not None and other.mode == "mig" else None
+        mig_on = self.mode == "mig"
+        other_mig_on = other is not None and other.mode == "mig"
+        return mig_on == other_mig_on and mine == theirs
+
+
+class Owned(BaseModel):
+    """What the operator put on a node: only these are ever removed by it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    # Labels the operator overwrote, with the value a user had set before (restored on leave).
+    replaced: dict[str, str] = Field(default_factory=dict)
+
+    def to_annotation(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_annotation(cls, raw: str | None) -> Owned:
+        if not raw:
+            return cls()
+        return cls.model_validate_json(raw)

@@ -1,0 +1,47 @@
+"""Small helpers shared by the cluster tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from vgpu_operator.devcluster.cluster import LocalCluster
+
+
+@dataclass
+class ClusterUnderTest:
+    kubeconfig: Path
+    local: LocalCluster | None
+
+    def require_audit(self) -> LocalCluster:
+        if self.local is None:
+            pytest.skip("needs the local control plane's audit log (VGPU_TEST_KUBECONFIG is set)")
+        return self.local
+
+
+ServiceAccountClient = Callable[[str, str], Awaitable[client.ApiClient]]
+NodeFactory = Callable[..., Awaitable[list[str]]]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 60.0, interval: float = 0.5
+) -> None:
+    """Poll `check` until it returns True; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {check.__name__}")
+        await asyncio.sleep(interval)
