@@ -22,6 +22,7 @@ from tests.cluster.helpers import (
     eventually,
     unique,
 )
+from vgpu_operator.devcluster.cluster import LocalCluster, pid_alive
 
 
 async def test_crd_schema_violation_is_rejected_with_422_naming_the_field(
@@ -410,3 +411,19 @@ async def test_a_kopf_operator_reacts_to_an_object_in_this_apiserver(
         stop.set()
         await asyncio.to_thread(thread.join, 20)
     assert not thread.is_alive(), "the Kopf operator did not stop when asked"
+
+
+def test_teardown_leaves_no_process_and_no_temp_dir() -> None:
+    local = LocalCluster.start(
+        prefix="vgpu-testcluster-teardown-",
+        with_scheduler=False,
+        with_kwok=False,
+        with_controller_manager=False,
+    )
+    pids = dict(local.pids)
+    workdir = local.workdir
+    assert set(pids) == {"etcd", "kube-apiserver"}
+    assert all(pid_alive(pid) for pid in pids.values())
+    local.stop()
+    assert not any(pid_alive(pid) for pid in pids.values())
+    assert not workdir.exists()

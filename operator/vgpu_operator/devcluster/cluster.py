@@ -340,7 +340,7 @@ class LocalCluster:
         return self.audit_log.stat().st_size if self.audit_log.exists() else 0
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -371,7 +371,7 @@ def stop_pids(
             if proc is not None:
                 if proc.poll() is not None:
                     break
-            elif not _alive(pid):
+            elif not pid_alive(pid):
                 break
             time.sleep(0.05)
         else:
