@@ -59,14 +59,24 @@ async def request(
             _request_timeout=timeout,
         )
     except ApiException as exc:
-        if exc.status == 404:
-            raise NotFound(path) from exc
-        if exc.status == 409:
-            raise Conflict(path) from exc
+        _raise_for(exc, path)
         raise
     data = await resp.read()
+    # Without _preload_content the client checks no status: do it here.
+    if not 200 <= resp.status <= 299:
+        err = ApiException(status=resp.status, reason=resp.reason)
+        err.body = data.decode(errors="replace")
+        _raise_for(err, path)
+        raise err
     result: dict[str, Any] = json.loads(data) if data else {}
     return result
+
+
+def _raise_for(exc: ApiException, path: str) -> None:
+    if exc.status == 404:
+        raise NotFound(path) from exc
+    if exc.status == 409:
+        raise Conflict(path) from exc
 
 
 def node_path(name: str | None = None) -> str:

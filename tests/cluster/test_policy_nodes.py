@@ -1,0 +1,154 @@
+"""VGPUNodePolicy -> nodes, against the real apiserver with the operator running under its
+ServiceAccount and the chart's RBAC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from tests.cluster.helpers import (
+    NodeFactory,
+    PolicyFactory,
+    eventually,
+    unique,
+)
+from vgpu_operator import contract
+from vgpu_operator.controller.app import OperatorThread
+from vgpu_operator.kubeapi import MERGE_PATCH, NotFound, node_path, policy_path, request
+
+VGPU_LABEL = "volcano.sh/vgpu.enabled"
+VGPU_TAINT = {"key": "volcano.sh/vgpu", "value": "hami", "effect": "NoSchedule"}
+USER_TAINT = {"key": "team/dedicated", "value": "ml", "effect": "NoSchedule"}
+
+
+async def node(api: client.ApiClient, name: str) -> dict[str, Any]:
+    return await request(api, "GET", node_path(name))
+
+
+def labels(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("labels") or {})
+
+
+def taints(obj: dict[str, Any]) -> list[dict[str, str]]:
+    return [
+        {k: t[k] for k in ("key", "value", "effect") if k in t}
+        for t in (obj.get("spec") or {}).get("taints") or []
+    ]
+
+
+async def relabel(api: client.ApiClient, name: str, changes: dict[str, str | None]) -> None:
+    await request(
+        api,
+        "PATCH",
+        node_path(name),
+        body={"metadata": {"labels": changes}},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )
+
+
+def hami_policy(pool: str, **extra: Any) -> dict[str, Any]:
+    return {"nodeSelector": {"matchLabels": {"test/pool": pool}}, "mode": "hami-core", **extra}
+
+
+async def wait_nodes(
+    api: client.ApiClient, names: list[str], check: Any, timeout: float = 30
+) -> None:
+    async def all_match() -> bool:
+        return all([check(await node(api, n)) for n in names])
+
+    await eventually(all_match, timeout=timeout, interval=0.3)
+
+
+def configured_by(policy: str) -> Any:
+    def check(obj: dict[str, Any]) -> bool:
+        lab = labels(obj)
+        return (
+            lab.get(contract.LABEL_POLICY) == policy
+            and lab.get(VGPU_LABEL) == "true"
+            and VGPU_TAINT in taints(obj)
+        )
+
+    return check
+
+
+def clean(obj: dict[str, Any]) -> bool:
+    lab = labels(obj)
+    ann = obj["metadata"].get("annotations") or {}
+    return (
+        contract.LABEL_POLICY not in lab
+        and VGPU_LABEL not in lab
+        and VGPU_TAINT not in taints(obj)
+        and contract.ANN_OWNED not in ann
+    )
+
+
+async def test_pool_lifecycle_keeps_user_labels_and_taints(
+    api: client.ApiClient,
+    operator: OperatorThread,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    pool = unique("pool")
+    nodes = await make_nodes(
+        "A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"}, taints=[USER_TAINT]
+    )
+    name = await policies("hami", hami_policy(pool))
+    await wait_nodes(api, nodes, configured_by(name))
+    first = await node(api, nodes[0])
+    assert labels(first)[contract.LABEL_MODE] == "hami-core"
+    assert USER_TAINT in taints(first)
+    assert labels(first)["team"] == "ml"
+    ann = first["metadata"]["annotations"]
+    assert ann[contract.ANN_TARGET] == ann[contract.ANN_CONFIG]
+
+    # A new matching node joins the pool.
+    [joined] = await make_nodes("A100-SXM4-80GB", 1, labels={"test/pool": pool})
+    await wait_nodes(api, [joined], configured_by(name))
+
+    # A node relabelled out of the selector: only the operator's labels and taints go.
+    await relabel(api, nodes[1], {"test/pool": "elsewhere"})
+    await wait_nodes(api, [nodes[1]], clean)
+    left = await node(api, nodes[1])
+    assert labels(left)["team"] == "ml"
+    assert taints(left) == [USER_TAINT]
+
+    # Policy deleted: every node clean, the user's taint still there; the policy is gone.
+    await request(api, "DELETE", policy_path(name), field_manager=None)
+    await wait_nodes(api, [nodes[0], joined], clean)
+    assert USER_TAINT in taints(await node(api, nodes[0]))
+
+    async def gone() -> bool:
+        try:
+            await request(api, "GET", policy_path(name))
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, timeout=20)
+
+
+async def test_policy_label_change_swaps_labels(
+    api: client.ApiClient,
+    operator: OperatorThread,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    pool = unique("pool")
+    nodes = await make_nodes("H100-80GB-HBM3", 2, labels={"test/pool": pool})
+    name = await policies("swap", hami_policy(pool, nodeLabels={"old/label": "x"}))
+    await wait_nodes(api, nodes, lambda o: labels(o).get("old/label") == "x")
+    await request(
+        api,
+        "PATCH",
+        policy_path(name),
+        body={"spec": {"nodeLabels": {"old/label": None, "new/label": "y"}}},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )
+    await wait_nodes(
+        api,
+        nodes,
+        lambda o: labels(o).get("new/label") == "y" and "old/label" not in labels(o),
+    )
