@@ -152,3 +152,157 @@ async def test_policy_label_change_swaps_labels(
         nodes,
         lambda o: labels(o).get("new/label") == "y" and "old/label" not in labels(o),
     )
+
+
+async def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
+    obj = await request(api, "GET", policy_path(name))
+    return dict(obj.get("status") or {})
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
+
+
+async def test_excluded_node_is_untouched_and_suspended_policy_changes_nothing(
+    api: client.ApiClient,
+    operator: OperatorThread,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    pool = unique("pool")
+    [excluded] = await make_nodes(
+        "A30", 1, labels={"test/pool": pool, contract.LABEL_EXCLUDE: "true"}
+    )
+    [member] = await make_nodes("A30", 1, labels={"test/pool": pool})
+    name = await policies("ex", hami_policy(pool))
+    await wait_nodes(api, [member], configured_by(name))
+    before = await node(api, excluded)
+    assert clean(before)
+
+    # Suspend, then change the spec and add a node: nothing moves while suspended.
+    await request(
+        api,
+        "PATCH",
+        policy_path(name),
+        body={"spec": {"suspend": True, "nodeLabels": {"suspended/edit": "1"}}},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )
+    [late] = await make_nodes("A30", 1, labels={"test/pool": pool})
+
+    async def observed_suspended() -> bool:
+        status = await policy_status(api, name)
+        return status.get("observedGeneration") == 2
+
+    await eventually(observed_suspended, timeout=20)
+    assert clean(await node(api, late))
+    assert "suspended/edit" not in labels(await node(api, member))
+    assert (await node(api, excluded))["metadata"]["resourceVersion"] == before["metadata"][
+        "resourceVersion"
+    ] or clean(await node(api, excluded))
+
+    # Resume: the edit and the late node are applied.
+    await request(
+        api,
+        "PATCH",
+        policy_path(name),
+        body={"spec": {"suspend": False}},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )
+    await wait_nodes(api, [member, late], lambda o: labels(o).get("suspended/edit") == "1")
+    assert clean(await node(api, excluded))
+
+
+async def test_equal_priority_overlap_is_a_conflict_and_higher_priority_wins(
+    api: client.ApiClient,
+    operator: OperatorThread,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    pool = unique("pool")
+    [shared] = await make_nodes("A100-SXM4-80GB", 1, labels={"test/pool": pool, "zone": pool})
+    a = await policies("a", hami_policy(pool, priority=5))
+    await wait_nodes(api, [shared], configured_by(a))
+    configured = await node(api, shared)
+    b = await policies(
+        "b",
+        {"nodeSelector": {"matchLabels": {"zone": pool}}, "mode": "whole-gpu", "priority": 5},
+    )
+
+    async def both_conflicted() -> bool:
+        sa, sb = await policy_status(api, a), await policy_status(api, b)
+        ca, cb = condition(sa, "Conflict"), condition(sb, "Conflict")
+        return (
+            ca.get("status") == "True"
+            and cb.get("status") == "True"
+            and shared in ca.get("message", "")
+            and b in ca.get("message", "")
+            and a in cb.get("message", "")
+        )
+
+    await eventually(both_conflicted, timeout=20)
+    after = await node(api, shared)
+    assert labels(after) == labels(configured)
+    assert taints(after) == taints(configured)
+
+    # Raising b's priority resolves it: b wins, its mode applies, a's conflict clears.
+    await request(
+        api,
+        "PATCH",
+        policy_path(b),
+        body={"spec": {"priority": 6}},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )
+    await wait_nodes(
+        api,
+        [shared],
+        lambda o: (
+            labels(o).get(contract.LABEL_POLICY) == b
+            and labels(o).get(contract.LABEL_MODE) == "whole-gpu"
+            and VGPU_TAINT not in taints(o)
+        ),
+    )
+
+    async def conflict_cleared() -> bool:
+        return condition(await policy_status(api, a), "Conflict").get("status") != "True"
+
+    await eventually(conflict_cleared, timeout=20)
+
+
+async def test_ready_and_observed_generation_follow_kstatus(
+    api: client.ApiClient,
+    operator: OperatorThread,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    pool = unique("pool")
+    nodes = await make_nodes("RTX-4090", 2, labels={"test/pool": pool})
+    name = await policies("ks", hami_policy(pool))
+
+    async def ready_at(generation: int) -> bool:
+        status = await policy_status(api, name)
+        return (
+            status.get("observedGeneration") == generation
+            and condition(status, "Ready").get("status") == "True"
+            and condition(status, "Ready").get("observedGeneration", generation) == generation
+            and condition(status, "Stalled").get("status", "False") == "False"
+            and status.get("matchedNodes") == 2
+        )
+
+    await eventually(lambda: ready_at(1), timeout=30)
+    await request(
+        api,
+        "PATCH",
+        policy_path(name),
+        body={"spec": {"hamiCore": {"deviceSplitCount": 4}}},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )
+    await eventually(lambda: ready_at(2), timeout=30)
+    await wait_nodes(
+        api,
+        nodes,
+        lambda o: '"deviceSplitCount":4' in o["metadata"]["annotations"][contract.ANN_CONFIG],
+    )

@@ -15,14 +15,12 @@ from vgpu_operator.controller.reconciler import ReconcilerOptions
 
 
 async def run_operator(
-    credentials: Credentials,
+    state: ControllerState,
     *,
-    options: ReconcilerOptions | None = None,
     liveness_endpoint: str | None = None,
     ready_flag: asyncio.Event | threading.Event | None = None,
     stop_flag: asyncio.Event | threading.Event | None = None,
 ) -> None:
-    state = ControllerState(credentials=credentials, options=options or ReconcilerOptions())
     settings = kopf.OperatorSettings()
     configure_settings(settings)
     await kopf.operator(
@@ -51,6 +49,15 @@ class OperatorThread:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     error: BaseException | None = None
+    state: ControllerState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = ControllerState(credentials=self.credentials, options=self.options)
+
+    @property
+    def passes(self) -> int:
+        """Reconcile passes completed so far (0 until the first one has finished)."""
+        return self.state.reconciler.passes if self.state.reconciler else 0
 
     def start(self, timeout: float = 60.0) -> OperatorThread:
         self._thread = threading.Thread(target=self._main, name="vgpu-operator", daemon=True)
@@ -69,9 +76,7 @@ class OperatorThread:
                 loop.call_soon_threadsafe(stop_flag.set)
 
             threading.Thread(target=relay, daemon=True).start()
-            await run_operator(
-                self.credentials, options=self.options, ready_flag=self.ready, stop_flag=stop_flag
-            )
+            await run_operator(self.state, ready_flag=self.ready, stop_flag=stop_flag)
 
         try:
             asyncio.run(main())

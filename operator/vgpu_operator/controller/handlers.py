@@ -32,7 +32,9 @@ POLICIES_INDEX = "vgpu_policies"
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
     """Production Kopf settings (kopf-anchors.md): own prefixes, timeouts on every watch."""
-    settings.persistence.finalizer = contract.FINALIZER
+    # Kopf's own finalizer must differ from the operator's: Kopf removes its finalizer from
+    # objects no handler of its needs it for, which would fight the operator's own.
+    settings.persistence.finalizer = f"{contract.GROUP}/kopf-finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=contract.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=contract.GROUP, key="last-handled-configuration"
