@@ -72,6 +72,14 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from vgpu_operator.devcluster.demo import run_demo
+
+    return asyncio.run(run_demo(once=args.once))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vgpu-operator",
@@ -83,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     dc = sub.add_parser("dev-cluster", help="a local control plane (etcd, apiserver, kwok)")
     dc.add_argument("action", choices=["up", "down", "status", "build"])
     dc.set_defaults(func=cmd_dev_cluster)
+
+    demo = sub.add_parser("demo", help="the operator on a local apiserver with simulated GPUs")
+    demo.add_argument("--once", action="store_true", help="print the result and stop")
+    demo.set_defaults(func=cmd_demo)
 
     crds = sub.add_parser("crds", help="print (or write) the CRDs generated from the models")
     crds.add_argument("-o", "--output", help="directory to write the CRD files into")

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
@@ -23,15 +21,14 @@ from tests.cluster.helpers import (
     NodeFactory,
     PolicyFactory,
     ServiceAccountClient,
-    apply,
     unique,
 )
 from vgpu_operator import contract
 from vgpu_operator.controller.app import OperatorThread
 from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import ReconcilerOptions
-from vgpu_operator.devcluster import binaries
 from vgpu_operator.devcluster.cluster import LocalCluster, write_kubeconfig
+from vgpu_operator.devcluster.install import install_operator_access
 from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator.kubeapi import NotFound, policy_path, request
 
@@ -157,39 +154,11 @@ async def make_nodes(api: client.ApiClient) -> AsyncIterator[NodeFactory]:
 
 # -- the operator under test ----------------------------------------------------------------
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "vgpu-operator"
-CRDS = Path(__file__).resolve().parents[2] / "crds"
-OPERATOR_NAMESPACE = "vgpu-system"
-OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:vgpu-operator"
-
-
-def render_chart(*templates: str) -> list[dict[str, Any]]:
-    """`helm template` of the chart (the real RBAC the operator gets when installed)."""
-    helm = binaries.ensure("helm")
-    args = [str(helm), "template", "vgpu-operator", str(CHART), "-n", OPERATOR_NAMESPACE]
-    args += ["--kube-version", binaries.KUBERNETES_VERSION]
-    for t in templates:
-        args += ["--show-only", f"templates/{t}"]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
 
 @pytest.fixture(scope="session")
 async def installed(api: client.ApiClient) -> Credentials:
     """CRDs and the chart's ServiceAccount + RBAC installed; the operator's credentials."""
-    for f in sorted(CRDS.glob("*.yaml")):
-        await apply(api, yaml.safe_load(f.read_text()))
-    await apply(
-        api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-    )
-    for doc in render_chart("serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"):
-        await apply(api, doc)
-    core = client.CoreV1Api(api)
-    token = await core.create_namespaced_service_account_token(
-        "vgpu-operator", OPERATOR_NAMESPACE, {"spec": {"expirationSeconds": 86400}}
-    )
-    ca = api.configuration.ssl_ca_cert
-    return Credentials(server=api.configuration.host, token=token.status.token, ca_path=ca)
+    return await install_operator_access(api)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -60,6 +61,9 @@ class OperatorThread:
         return self.state.reconciler.passes if self.state.reconciler else 0
 
     def start(self, timeout: float = 60.0) -> OperatorThread:
+        # Kopf warns that OS signals cannot be handled off the main thread; here that is
+        # the point (the caller owns the process and its signals).
+        logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)
         self._thread = threading.Thread(target=self._main, name="vgpu-operator", daemon=True)
         self._thread.start()
         if not self.ready.wait(timeout):

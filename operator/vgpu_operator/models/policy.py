@@ -65,7 +65,8 @@ class LabelSelectorRequirement(Model):
     model_config = ConfigDict(
         json_schema_extra=_cel(
             (
-                "self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0",
+                "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : "
+                "(!has(self.values) || size(self.values) == 0)",
                 "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
                 ".values",
             )
@@ -75,9 +76,9 @@ class LabelSelectorRequirement(Model):
     @model_validator(mode="after")
     def _values_fit_operator(self) -> LabelSelectorRequirement:
         if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"values must be non-empty for operator {self.operator}")
+            raise ValueError(f"values: must be non-empty for operator {self.operator}")
         if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"values must be empty for operator {self.operator}")
+            raise ValueError(f"values: must be empty for operator {self.operator}")
         return self
 
 
@@ -156,12 +157,12 @@ class MigLayout(Model):
     @model_validator(mode="after")
     def _profiles_fit_one_gpu(self) -> MigLayout:
         if not self.profiles:
-            raise ValueError("profiles must name at least one MIG profile")
+            raise ValueError("profiles: name at least one MIG profile")
         used = sum(_profile_slices(p) * n for p, n in self.profiles.items())
         if used > MIG_COMPUTE_SLICES:
             raise ValueError(
-                f"the profiles of one GPU use at most {MIG_COMPUTE_SLICES} compute slices; "
-                f"these use {used}"
+                f"profiles: the profiles of one GPU use at most {MIG_COMPUTE_SLICES} "
+                f"compute slices; these use {used}"
             )
         return self
 
@@ -177,7 +178,9 @@ class MigSpec(Model):
     model_config = ConfigDict(
         json_schema_extra=_cel(
             (
-                "self.partitioning == 'static' ? size(self.layout) > 0 : size(self.layout) == 0",
+                "(has(self.partitioning) && self.partitioning == 'static') ? "
+                "(has(self.layout) && size(self.layout) > 0) : "
+                "(!has(self.layout) || size(self.layout) == 0)",
                 "a static partitioning needs a layout; a dynamic one takes none (the device "
                 "plugin creates the instances)",
                 ".layout",
@@ -280,7 +283,8 @@ class VGPUNodePolicySpec(Model):
                 ".ascendVnpu",
             ),
             (
-                "!(has(self.mig) && self.mig.partitioning == 'static' && "
+                "!(has(self.mig) && has(self.mig.partitioning) && "
+                "self.mig.partitioning == 'static' && "
                 "has(self.disableNvidiaDevicePlugin) && self.disableNvidiaDevicePlugin)",
                 "a static MIG layout is served by NVIDIA's device plugin: "
                 "disableNvidiaDevicePlugin must stay false",
@@ -308,11 +312,11 @@ class VGPUNodePolicySpec(Model):
             and self.disable_nvidia_device_plugin
         ):
             raise ValueError(
-                "a static MIG layout is served by NVIDIA's device plugin: "
-                "disableNvidiaDevicePlugin must stay false"
+                "spec.disableNvidiaDevicePlugin: a static MIG layout is served by NVIDIA's "
+                "device plugin: disableNvidiaDevicePlugin must stay false"
             )
         if self.mode == "whole-gpu" and self.node_taints:
-            raise ValueError("mode whole-gpu takes no nodeTaints")
+            raise ValueError("spec.nodeTaints: mode whole-gpu takes no nodeTaints")
         for key in self.node_labels or {}:
             if key.startswith(RESERVED_LABEL_PREFIX) or (
                 key == contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL

@@ -1,0 +1,226 @@
+"""Output of the fake nvidia-smi, column for column as the samples in mig-anchors.md §3.
+
+Column positions were measured on the reference samples (and on the wider tables of newer
+drivers the reference describes in §3.3): `mig -lgip` is 79 columns before driver 525 and 81
+after, `mig -lgi` 54 and 59, `mig -lci` 70. The golden tests compare this output with the samples
+character for character.
+"""
+
+from __future__ import annotations
+
+from vgpu_operator.core.mig_catalog import GPU_MODELS, GpuModel, MigProfile
+from vgpu_operator.devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
+
+# Driver R510 printed other GiB values for A100-40GB than current drivers (ref §3.3 sample:
+# 2g.10gb 9.75, 7g.40gb 39.50; current: 9.62, 39.25).
+_R510_GIB = {("A100-SXM4-40GB", 14): 9.75, ("A100-SXM4-40GB", 0): 39.50}
+
+
+def driver_major(state: NodeState) -> int:
+    head = state["driver_version"].split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def legacy(state: NodeState) -> bool:
+    """Drivers before R525 print the narrower tables."""
+    return driver_major(state) < 525
+
+
+def model_of(gpu: GpuState) -> GpuModel:
+    return GPU_MODELS[gpu["model"]]
+
+
+def profiles(state: NodeState, gpu: GpuState) -> list[MigProfile]:
+    """The profiles this driver offers on this GPU (newer ones hidden on older drivers)."""
+    major = driver_major(state)
+    return [p for p in model_of(gpu).profiles if p.since_driver <= major]
+
+
+def gib(state: NodeState, gpu: GpuState, p: MigProfile) -> float:
+    if driver_major(state) < 525:
+        return _R510_GIB.get((gpu["model"], p.id), p.memory_gib)
+    return p.memory_gib
+
+
+def gi_name(gpu: GpuState, gi: GiState) -> str:
+    p = model_of(gpu).profile(gi["profile_id"])
+    return p.name if p else f"unknown-{gi['profile_id']}"
+
+
+def ci_name(gpu: GpuState, gi: GiState, ci: CiState) -> str:
+    name = gi_name(gpu, gi)
+    p = model_of(gpu).profile(gi["profile_id"])
+    return name if p is None or ci["size"] >= p.slices else f"{ci['size']}c.{name}"
+
+
+def used_slices(gpu: GpuState) -> tuple[set[int], int]:
+    """(memory slices in use, compute slices in use)."""
+    mem: set[int] = set()
+    compute = 0
+    for gi in gpu["gis"]:
+        mem.update(range(gi["start"], gi["start"] + gi["size"]))
+        p = model_of(gpu).profile(gi["profile_id"])
+        compute += p.slices if p else 0
+    return mem, compute
+
+
+def free_count(state: NodeState, gpu: GpuState, p: MigProfile) -> int:
+    """The "Free" of Free/Total: how many more instances of `p` fit right now."""
+    if not gpu["mig_current"]:
+        return p.max_count
+    mem, compute = used_slices(gpu)
+    left = p.max_count - sum(1 for gi in gpu["gis"] if gi["profile_id"] == p.id)
+    room = 0
+    for start in p.placements:
+        span = set(range(start, start + p.size))
+        if not span & mem:
+            room += 1
+            mem |= span
+    fit = (model_of(gpu).compute_slices - compute) // p.slices
+    return max(0, min(left, room, fit))
+
+
+def _border(width: int) -> str:
+    return "+" + "-" * (width - 2) + "+"
+
+
+def _title(text: str, width: int) -> str:
+    return f"| {text}".ljust(width - 1) + "|"
+
+
+def render_lgip(state: NodeState, gpus: list[GpuState]) -> str:
+    narrow = legacy(state)
+    pad = 0 if narrow else 2
+    width = 79 + pad
+    separators = narrow or state["lgip_separators"]
+    lines = [
+        _border(width),
+        _title("GPU instance profiles:", width),
+        "| GPU   Name"
+        + " " * (13 + pad)
+        + "ID    Instances   Memory     P2P    SM    DEC   ENC  |",
+        "|" + " " * (30 + pad) + "Free/Total   GiB              CE    JPEG  OFA  |",
+        "|" + "=" * (width - 2) + "|",
+    ]
+    for gpu in gpus:
+        for p in profiles(state, gpu):
+            lines.append(
+                "|"
+                + f"{gpu['index']:>4}  "
+                + f"MIG {p.name}".ljust(17 + pad)
+                + f"{p.id:>3}"
+                + " " * 5
+                + f"{free_count(state, gpu, p)}/{p.max_count}".ljust(11)
+                + f"{gib(state, gpu, p):.2f}".ljust(11)
+                + "No".ljust(7)
+                + f"{p.sm}".ljust(7)
+                + f"{p.dec}".ljust(6)
+                + f"{p.enc}".ljust(4)
+                + "|"
+            )
+            lines.append(
+                "|"
+                + " " * (60 + pad)
+                + f"{p.ce:>2}"
+                + " " * 5
+                + f"{p.jpeg}".ljust(6)
+                + f"{p.ofa}".ljust(4)
+                + "|"
+            )
+            if separators:
+                lines.append(_border(width))
+    if not separators:
+        lines.append(_border(width))
+    return "\n".join(lines)
+
+
+def render_lgipp(state: NodeState, gpus: list[GpuState]) -> str:
+    lines = []
+    for gpu in gpus:
+        for p in profiles(state, gpu):
+            starts = ",".join(str(s) for s in p.placements)
+            label = "Placements:" if len(p.placements) > 1 else "Placement :"
+            lines.append(
+                f"GPU {gpu['index']:2d} Profile ID {p.id:2d} {label} {{{starts}}}:{p.size}"
+            )
+    return "\n".join(lines)
+
+
+def gi_order(gpu: GpuState) -> list[GiState]:
+    """Listing order seen in the samples: higher profile ID first, then instance ID."""
+    return sorted(gpu["gis"], key=lambda g: (-g["profile_id"], g["id"]))
+
+
+def render_lgi(state: NodeState, gpus: list[GpuState]) -> str:
+    pad = 0 if legacy(state) else 5
+    width = 54 + pad
+    lines = [
+        _border(width),
+        _title("GPU instances:", width),
+        "| GPU   Name" + " " * (10 + pad) + "Profile  Instance   Placement  |",
+        "|" + " " * (23 + pad) + "ID       ID       Start:Size |",
+        "|" + "=" * (width - 2) + "|",
+    ]
+    for gpu in gpus:
+        for gi in gi_order(gpu):
+            lines.append(
+                "|"
+                + f"{gpu['index']:>4}  "
+                + f"MIG {gi_name(gpu, gi)}".ljust(16 + pad)
+                + f"{gi['profile_id']:>3}"
+                + f"{gi['id']:>9}"
+                + f"{gi['start']}:{gi['size']}".rjust(13)
+                + " " * 5
+                + "|"
+            )
+            lines.append(_border(width))
+    return "\n".join(lines)
+
+
+_LCI_HEAD = (
+    "+--------------------------------------------------------------------+",
+    "| Compute instances:                                                 |",
+    "| GPU     GPU       Name             Profile   Instance   Placement  |",
+    "|       Instance                       ID        ID       Start:Size |",
+    "|         ID                                                         |",
+    "|====================================================================|",
+)
+
+
+def render_lci(gpus: list[GpuState], gi_filter: set[int] | None) -> str:
+    lines = list(_LCI_HEAD)
+    for gpu in gpus:
+        for gi in gi_order(gpu):
+            if gi_filter is not None and gi["id"] not in gi_filter:
+                continue
+            for ci in sorted(gi["cis"], key=lambda c: c["id"]):
+                lines.append(
+                    "|"
+                    + f"{gpu['index']:>4}"
+                    + f"{gi['id']:>7}"
+                    + " " * 7
+                    + f"MIG {ci_name(gpu, gi, ci)}".ljust(19)
+                    + f"{ci['profile_id']:>3}"
+                    + f"{ci['id']:>10}"
+                    + f"{ci['start']}:{ci['size']}".rjust(13)
+                    + " " * 5
+                    + "|"
+                )
+                lines.append(_LCI_HEAD[0])
+    return "\n".join(lines)
+
+
+def render_list(gpus: list[GpuState]) -> str:
+    """`nvidia-smi -L` (current drivers' spacing, ref §3.8)."""
+    lines = []
+    for gpu in gpus:
+        lines.append(f"GPU {gpu['index']}: {model_of(gpu).nvml_name} (UUID: {gpu['uuid']})")
+        if not gpu["mig_current"]:
+            continue
+        n = 0
+        for gi in sorted(gpu["gis"], key=lambda g: g["id"]):
+            for ci in sorted(gi["cis"], key=lambda c: c["id"]):
+                name = f"MIG {ci_name(gpu, gi, ci)}"
+                lines.append(f"  {name:<16}Device {n:>2}: (UUID: {ci['uuid']})")
+                n += 1
+    return "\n".join(lines)

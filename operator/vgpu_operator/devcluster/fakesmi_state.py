@@ -1,0 +1,289 @@
+"""State of the fake nvidia-smi: the simulated GPUs of one node, in a JSON file.
+
+The file is named by `FAKE_NVIDIA_SMI_STATE`; every call of the fake locks it, reads it, acts and
+writes it back atomically, and appends one JSON line to the call log (`FAKE_NVIDIA_SMI_LOG`, else
+`<state>.calls.jsonl`) so tests can count resets and destroyed instances.
+
+Knobs in the file (helpers below set them):
+- `gpus[i].processes`: fake compute processes (`gi`/`ci` optional: unset = the whole GPU);
+- `gpus[i].reset_supported: false`: GPU reset not supported (passthrough, ref §1.6);
+- `gpus[i].reset_blocked_by`: a non-compute client holding the GPU (e.g. nvidia-persistenced):
+  resets are refused and MIG mode changes stay pending;
+- `inject`: `{match, error, times}`: the next `times` calls whose argument line contains `match`
+  fail with the real message of `error` (a `FailureKind`), `times: -1` for always;
+- `hang`: `{match, skip, seconds}`: after `skip` matching calls, the next matching call sleeps
+  `seconds` before acting (a test kills the agent meanwhile);
+- `driver_version`: below 525 the tables use the older layout and profiles newer than the driver
+  are hidden; up to 535 `mig -lgip` lists nothing for a GPU whose MIG mode is off (ref §1.6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, NotRequired, TypedDict, cast
+
+from vgpu_operator.core.mig_catalog import GPU_MODELS
+
+ENV_STATE = "FAKE_NVIDIA_SMI_STATE"
+ENV_LOG = "FAKE_NVIDIA_SMI_LOG"
+DEFAULT_DRIVER = "550.90.07"
+
+FailureKind = Literal[
+    "in_use",
+    "reset_unsupported",
+    "insufficient_resources",
+    "pending_reboot",
+    "not_mig_capable",
+    "timeout",
+    "other",
+]
+
+# PCI bus IDs of an 8-GPU HGX board, then generated ones.
+_BUSES = ("07", "0F", "47", "4E", "87", "90", "B7", "BD")
+
+
+class CiState(TypedDict):
+    id: int
+    profile_id: int  # compute-instance profile
+    start: int  # compute slice inside the GPU instance
+    size: int
+    uuid: str
+
+
+class GiState(TypedDict):
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    cis: list[CiState]
+
+
+class ProcState(TypedDict):
+    pid: int
+    name: str
+    used_memory_mib: int
+    gi: NotRequired[int]
+    ci: NotRequired[int]
+
+
+class GpuState(TypedDict):
+    index: int
+    model: str  # core.mig_catalog key
+    uuid: str
+    bus_id: str
+    mig_current: bool
+    mig_pending: bool
+    reset_supported: bool
+    reset_blocked_by: str
+    gis: list[GiState]
+    processes: list[ProcState]
+
+
+class Inject(TypedDict):
+    match: str
+    error: FailureKind
+    times: int
+
+
+class Hang(TypedDict):
+    match: str
+    skip: int
+    seconds: float
+
+
+class NodeState(TypedDict):
+    node: str
+    driver_version: str
+    lgip_separators: bool
+    serial: int
+    gpus: list[GpuState]
+    inject: list[Inject]
+    hang: list[Hang]
+
+
+def bus_id(i: int) -> str:
+    bus = _BUSES[i] if i < len(_BUSES) else f"{0xC0 + i:02X}"
+    return f"00000000:{bus}:00.0"
+
+
+def init_state(
+    path: str | os.PathLike[str],
+    model: str,
+    count: int,
+    *,
+    node: str = "node-0",
+    mig: bool = False,
+    driver_version: str = DEFAULT_DRIVER,
+) -> NodeState:
+    """Create the state file of a node with `count` GPUs of catalog model `model`."""
+    if model not in GPU_MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(GPU_MODELS)}")
+    import uuid
+
+    capable = GPU_MODELS[model].mig_capable
+    gpus = [
+        GpuState(
+            index=i,
+            model=model,
+            uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'fake-gpu/{node}/{i}')}",
+            bus_id=bus_id(i),
+            mig_current=mig and capable,
+            mig_pending=mig and capable,
+            reset_supported=True,
+            reset_blocked_by="",
+            gis=[],
+            processes=[],
+        )
+        for i in range(count)
+    ]
+    state = NodeState(
+        node=node,
+        driver_version=driver_version,
+        lgip_separators=True,
+        serial=0,
+        gpus=gpus,
+        inject=[],
+        hang=[],
+    )
+    save(path, state)
+    return state
+
+
+def load(path: str | os.PathLike[str]) -> NodeState:
+    return cast(NodeState, json.loads(Path(path).read_text()))
+
+
+def save(path: str | os.PathLike[str], state: NodeState) -> None:
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    tmp.replace(p)
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive lock on the state (a sibling `.lock` file)."""
+    with open(f"{os.fspath(path)}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def edit(path: str | os.PathLike[str]) -> Iterator[NodeState]:
+    """Change the state under the lock: `with edit(p) as s: s["gpus"][0][...] = ...`."""
+    with locked(path):
+        state = load(path)
+        yield state
+        save(path, state)
+
+
+def log_path(path: str | os.PathLike[str]) -> Path:
+    return Path(os.environ.get(ENV_LOG) or f"{os.fspath(path)}.calls.jsonl")
+
+
+def append_log(path: str | os.PathLike[str], entry: dict[str, Any]) -> None:
+    with open(log_path(path), "a") as fh:
+        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    p = log_path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def count_effect(path: str | os.PathLike[str], effect: str) -> int:
+    """How many `effect` items ("reset", "destroyed_gi", "destroyed_ci", "created_gi", "mode")
+    the call log records."""
+    return sum(len(e.get("effects", {}).get(effect, [])) for e in read_log(path))
+
+
+# --- knobs ------------------------------------------------------------------------------------
+
+
+def add_process(
+    path: str | os.PathLike[str],
+    gpu: int,
+    pid: int,
+    name: str = "python",
+    used_memory_mib: int = 1024,
+    *,
+    gi: int | None = None,
+) -> None:
+    with edit(path) as s:
+        proc = ProcState(pid=pid, name=name, used_memory_mib=used_memory_mib)
+        if gi is not None:
+            proc["gi"], proc["ci"] = gi, 0
+        s["gpus"][gpu]["processes"].append(proc)
+
+
+def clear_processes(path: str | os.PathLike[str], gpu: int | None = None) -> None:
+    with edit(path) as s:
+        for g in s["gpus"]:
+            if gpu is None or g["index"] == gpu:
+                g["processes"] = []
+
+
+def inject(path: str | os.PathLike[str], match: str, error: FailureKind, times: int = 1) -> None:
+    with edit(path) as s:
+        s["inject"].append(Inject(match=match, error=error, times=times))
+
+
+def hang_at(path: str | os.PathLike[str], match: str, skip: int = 0, seconds: float = 3600) -> None:
+    with edit(path) as s:
+        s["hang"].append(Hang(match=match, skip=skip, seconds=seconds))
+
+
+def clear_knobs(path: str | os.PathLike[str]) -> None:
+    with edit(path) as s:
+        s["inject"], s["hang"] = [], []
+
+
+def reboot(path: str | os.PathLike[str]) -> None:
+    """A node reboot: pending MIG modes take effect, instances and processes are gone (MIG mode
+    persists, instances do not: ref §1.5)."""
+    with edit(path) as s:
+        for g in s["gpus"]:
+            g["mig_current"] = g["mig_pending"]
+            g["gis"], g["processes"] = [], []
+        append_log(path, {"argv": ["<reboot>"], "rc": 0, "effects": {}})
+
+
+def write_wrapper(directory: str | os.PathLike[str], name: str = "nvidia-smi") -> Path:
+    """Write an executable `nvidia-smi` into `directory` that runs this fake with the current
+    interpreter, so the agent starts it as a subprocess exactly like the real binary.
+
+    The script is `python -m vgpu_operator.devcluster.fakesmi "$@"` in effect, made quick: it
+    skips the package's `__init__` (its importlib.metadata lookup costs more than the fake's whole
+    run) and keeps compiled bytecode in a cache under the temp directory.
+    """
+    package = Path(__file__).resolve().parents[1]
+    boot = (
+        "import sys, types; "
+        "p = types.ModuleType('vgpu_operator'); "
+        f"p.__path__ = [{os.fspath(package)!r}]; "
+        "sys.modules['vgpu_operator'] = p; "
+        "from vgpu_operator.devcluster.fakesmi import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    import tempfile
+
+    cache = Path(tempfile.gettempdir()) / "vgpu-fakesmi-pycache"
+    script = Path(directory) / name
+    script.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="{cache}" '
+        f'exec "{sys.executable}" -S -c "{boot}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return script

@@ -1,0 +1,123 @@
+"""Install the operator's CRDs and the chart's ServiceAccount and RBAC into a cluster, and get
+credentials for that ServiceAccount: the operator then runs exactly as installed by Helm would
+let it (tests and the demo both use this)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+
+from vgpu_operator import kubeapi
+from vgpu_operator.controller.kube import Credentials
+from vgpu_operator.devcluster import binaries
+
+OPERATOR_NAMESPACE = "vgpu-system"
+OPERATOR_SERVICE_ACCOUNT = "vgpu-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+
+_PLURALS = {
+    "Namespace": "namespaces",
+    "ServiceAccount": "serviceaccounts",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "ConfigMap": "configmaps",
+    "DaemonSet": "daemonsets",
+    "Deployment": "deployments",
+    "VGPUNodePolicy": "vgpunodepolicies",
+    "Node": "nodes",
+    "Pod": "pods",
+}
+
+
+def chart_dir() -> Path:
+    return binaries.repo_root() / "charts" / "vgpu-operator"
+
+
+def crds_dir() -> Path:
+    return binaries.repo_root() / "crds"
+
+
+def object_path(manifest: dict[str, Any]) -> str:
+    api_version: str = manifest["apiVersion"]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    meta = manifest["metadata"]
+    ns = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+    return f"{base}{ns}/{_PLURALS[manifest['kind']]}/{meta['name']}"
+
+
+async def apply(api: client.ApiClient, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Create the object, or replace it if it exists (a small `kubectl apply`)."""
+    path = object_path(manifest)
+    try:
+        return await kubeapi.request(
+            api, "POST", path.rsplit("/", 1)[0], body=manifest, field_manager=None
+        )
+    except kubeapi.Conflict:
+        pass
+    current = await kubeapi.request(api, "GET", path)
+    manifest = {**manifest, "metadata": {**manifest["metadata"]}}
+    manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    return await kubeapi.request(api, "PUT", path, body=manifest, field_manager=None)
+
+
+def render_chart(*templates: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """`helm template` of the chart, optionally only some templates."""
+    helm = binaries.ensure("helm")
+    args = [str(helm), "template", "vgpu-operator", str(chart_dir()), "-n", OPERATOR_NAMESPACE]
+    args += ["--kube-version", binaries.KUBERNETES_VERSION]
+    for key, value in (values or {}).items():
+        args += ["--set", f"{key}={value}"]
+    for t in templates:
+        args += ["--show-only", f"templates/{t}"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+async def install_operator_access(api: client.ApiClient) -> Credentials:
+    """CRDs, namespace, ServiceAccount and RBAC from the chart; the ServiceAccount's token."""
+    for f in sorted(crds_dir().glob("*.yaml")):
+        await apply(api, yaml.safe_load(f.read_text()))
+    await apply(
+        api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+    )
+    for doc in render_chart("serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"):
+        await apply(api, doc)
+    token = await kubeapi.request(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{OPERATOR_SERVICE_ACCOUNT}/token",
+        body={"spec": {"expirationSeconds": 86400}},
+        field_manager=None,
+    )
+    await wait_crds_established(api)
+    return Credentials(
+        server=str(api.configuration.host),
+        token=token["status"]["token"],
+        ca_path=api.configuration.ssl_ca_cert,
+    )
+
+
+async def wait_crds_established(api: client.ApiClient, timeout: float = 30.0) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    for f in sorted(crds_dir().glob("*.yaml")):
+        name = yaml.safe_load(f.read_text())["metadata"]["name"]
+        while True:
+            crd = await kubeapi.request(
+                api, "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            )
+            conds = (crd.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout}s")
+            await asyncio.sleep(0.2)
