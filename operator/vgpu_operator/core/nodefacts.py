@@ -1,0 +1,125 @@
+"""NodeFacts: the part of a Node the core reasons about, read once from the raw object.
+
+`node_facts(raw)` never raises: an annotation of the node contract that does not parse is kept
+as an error string, so the planner can report it instead of crashing the handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from vgpu_operator import contract
+from vgpu_operator.models.node import NodeConfig, Owned
+
+# Label prefixes GPU Feature Discovery (and NFD) write; kept apart for the validators.
+GFD_PREFIXES = ("nvidia.com/",)
+# Annotations of the node contract the core reads.
+CONTRACT_ANNOTATIONS = (
+    contract.ANN_OWNED,
+    contract.ANN_TARGET,
+    contract.ANN_CONFIG,
+    contract.ANN_INVENTORY,
+    contract.ANN_ROLLOUT,
+)
+
+TaintKey = tuple[str, str]  # (key, effect): a node holds at most one taint per pair
+
+
+def taint_key(taint: Mapping[str, Any]) -> TaintKey:
+    return (str(taint.get("key", "")), str(taint.get("effect", "")))
+
+
+def taint_value(taint: Mapping[str, Any]) -> str:
+    return str(taint.get("value") or "")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """A Node as the core sees it. `taints` are the raw dicts, kept verbatim (`timeAdded` and
+    all) because a taint list PATCH must give back every taint the operator does not own."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    resource_version: str = ""
+    owned: Owned = field(default_factory=Owned)
+    target: NodeConfig | None = None
+    config: NodeConfig | None = None
+    # Parse errors of the contract's annotations, by annotation key.
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def gfd(self) -> dict[str, str]:
+        """GPU Feature Discovery labels (`nvidia.com/...`)."""
+        return {k: v for k, v in self.labels.items() if k.startswith(GFD_PREFIXES)}
+
+    @property
+    def policy_label(self) -> str | None:
+        return self.labels.get(contract.LABEL_POLICY)
+
+    @property
+    def mode_label(self) -> str | None:
+        return self.labels.get(contract.LABEL_MODE)
+
+    @property
+    def agent_state(self) -> str | None:
+        return self.labels.get(contract.LABEL_STATE)
+
+    @property
+    def excluded(self) -> bool:
+        return self.labels.get(contract.LABEL_EXCLUDE) == "true"
+
+    def taint_map(self) -> dict[TaintKey, Mapping[str, Any]]:
+        return {taint_key(t): t for t in self.taints}
+
+
+def _str_map(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in raw.items() if v is not None}
+
+
+def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
+    """Build NodeFacts from a raw Node (a dict as the API returns it, or Kopf's body)."""
+    metadata = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    labels = _str_map(metadata.get("labels"))
+    all_annotations = _str_map(metadata.get("annotations"))
+    annotations = {k: v for k, v in all_annotations.items() if k in CONTRACT_ANNOTATIONS}
+    taints = tuple(dict(t) for t in (spec.get("taints") or []) if isinstance(t, Mapping))
+    errors: dict[str, str] = {}
+
+    owned = Owned()
+    try:
+        owned = Owned.from_annotation(annotations.get(contract.ANN_OWNED))
+    except (ValidationError, ValueError) as exc:
+        errors[contract.ANN_OWNED] = _short(exc)
+
+    def config_of(key: str) -> NodeConfig | None:
+        try:
+            return NodeConfig.from_annotation(annotations.get(key))
+        except (ValidationError, ValueError) as exc:
+            errors[key] = _short(exc)
+            return None
+
+    return NodeFacts(
+        name=str(metadata.get("name", "")),
+        labels=labels,
+        annotations=annotations,
+        taints=taints,
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        owned=owned,
+        target=config_of(contract.ANN_TARGET),
+        config=config_of(contract.ANN_CONFIG),
+        errors=errors,
+    )
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,393 @@
+"""Per node: the desired state and the one PATCH that closes the difference (or none).
+
+Semantics (docs/design.md, the node contract):
+- an owned node gets the policy's labels and taints (`spec.effective_labels()/effective_taints()`),
+  `vgpu.volcano.sh/policy` and `/mode`, the ownership record `/owned`, the desired configuration
+  `/target` and the released one `/config` (`release()`: equal to target for now);
+- the operator changes or removes only what its record says it set, and only while the value is
+  still the recorded one; a label or taint of a user is never removed or overwritten. A wanted
+  label the user has with another value, or a wanted taint colliding with a user's taint of the
+  same key and effect, is a problem: nothing is written to that node at all;
+- the one exception is the GPU Operator's `nvidia.com/gpu.deploy.device-plugin` under
+  `disableNvidiaDevicePlugin`: set to "false", the user's earlier value kept in `Owned.replaced`
+  and put back when the node leaves the pool (or the option is turned off);
+- a node no policy owns loses the operator's labels, taints, policy/mode labels, target and
+  record; its `config` stays as `{mode: whole-gpu}` when it was `mig`, so the agent turns MIG off;
+- conflicted nodes are left as they are; nodes of a suspended or invalid policy are held.
+
+The PATCH is a JSON merge patch with `metadata.resourceVersion` (optimistic concurrency); when
+taints change it carries the whole `spec.taints` list, every taint the operator does not own kept
+verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from vgpu_operator import contract
+from vgpu_operator.core.nodefacts import NodeFacts, TaintKey, node_facts, taint_key, taint_value
+from vgpu_operator.core.selection import Assignment, select
+from vgpu_operator.core.validate import (
+    ParsedPolicy,
+    Problem,
+    held_by_other_policy,
+    label_collisions,
+    label_is_ours,
+    node_problems,
+    owned_record_unreadable,
+    taint_collisions,
+    taint_is_ours,
+)
+from vgpu_operator.models.node import NodeConfig, Owned
+from vgpu_operator.models.policy import Taint, VGPUNodePolicy
+
+__all__ = [
+    "ClusterPlan",
+    "Desired",
+    "NodeFacts",
+    "NodePlan",
+    "desired_for",
+    "node_facts",
+    "parked_config",
+    "plan_cluster",
+    "plan_node",
+    "plan_one",
+    "release",
+]
+
+Action = Literal["none", "configure", "update", "release", "conflict", "held", "blocked"]
+DP_LABEL = contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What one node should carry; `owner=None` means: in no pool."""
+
+    owner: str | None = None
+    mode: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    disable_device_plugin: bool = False
+    target: NodeConfig | None = None
+    target_text: str | None = None  # the annotation text of `target`
+
+
+def desired_for(policy: VGPUNodePolicy | None) -> Desired:
+    if policy is None:
+        return Desired()
+    spec = policy.spec
+    target = NodeConfig(
+        mode=spec.mode,
+        policy=policy.name,
+        generation=policy.generation,
+        hami_core=spec.hami_core,
+        ascend_vnpu=spec.ascend_vnpu,
+        mig=spec.effective_mig(),
+    )
+    return Desired(
+        owner=policy.name,
+        mode=spec.mode,
+        labels=spec.effective_labels(),
+        taints=tuple(spec.effective_taints()),
+        disable_device_plugin=spec.disable_nvidia_device_plugin,
+        target=target,
+        target_text=target.to_annotation(),
+    )
+
+
+def release(target: NodeConfig, current: NodeConfig | None) -> NodeConfig:
+    """The configuration released to the node (what the agent applies).
+
+    For now the target is released at once. The safe-transitions issue replaces this with a
+    decision that holds a disruptive change (`not target.same_hardware_as(current)`) back until
+    the node is drained.
+    """
+    del current
+    return target
+
+
+PARKED = NodeConfig(mode="whole-gpu")
+_PARKED_TEXT = PARKED.to_annotation()
+
+
+def parked_config(current: NodeConfig | None) -> NodeConfig | None:
+    """`config` of a node in no pool: `{mode: whole-gpu}` if it was MIG (the agent turns MIG
+    off; kept from then on), otherwise none."""
+    if current is not None and (current.mode == "mig" or _config_text(current) == _PARKED_TEXT):
+        return PARKED
+    return None
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node: str
+    action: Action
+    patch: dict[str, Any] | None = None
+    old_owner: str | None = None
+    new_owner: str | None = None
+    old_mode: str | None = None
+    new_mode: str | None = None
+    problems: tuple[Problem, ...] = ()
+    conflict: tuple[str, ...] = ()
+    # The node already carries the desired state (computed even while held, for readiness).
+    in_sync: bool = False
+
+    @property
+    def mode_changed(self) -> bool:
+        return self.patch is not None and self.old_mode != self.new_mode
+
+
+@dataclass
+class _Changes:
+    labels: dict[str, str | None] = field(default_factory=dict)
+    taints: list[dict[str, Any]] | None = None
+    taints_changed: bool = False
+    annotations: dict[str, str | None] = field(default_factory=dict)
+
+    def patch(self, facts: NodeFacts) -> dict[str, Any] | None:
+        if not (self.labels or self.taints_changed or self.annotations):
+            return None
+        metadata: dict[str, Any] = {"resourceVersion": facts.resource_version}
+        if self.labels:
+            metadata["labels"] = dict(sorted(self.labels.items()))
+        if self.annotations:
+            metadata["annotations"] = dict(sorted(self.annotations.items()))
+        body: dict[str, Any] = {"metadata": metadata}
+        if self.taints_changed:
+            body["spec"] = {"taints": self.taints}
+        return body
+
+
+def _taint_dict(taint: Taint) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        out["value"] = taint.value
+    return out
+
+
+def _plan_labels(
+    facts: NodeFacts, want: Desired, out: _Changes
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Label changes into `out`; returns the new record's labels and replaced values."""
+    owned: dict[str, str] = {}
+    replaced: dict[str, str] = {}
+    for key, value in want.labels.items():
+        current = facts.labels.get(key)
+        ours = label_is_ours(facts, key)
+        if current != value:
+            out.labels[key] = value
+        if current != value or ours:
+            owned[key] = value
+    if want.disable_device_plugin:
+        current = facts.labels.get(DP_LABEL)
+        ours = label_is_ours(facts, DP_LABEL)
+        if current != "false" or ours:
+            owned[DP_LABEL] = "false"
+            if ours and DP_LABEL in facts.owned.replaced:
+                replaced[DP_LABEL] = facts.owned.replaced[DP_LABEL]
+            elif not ours and current is not None:
+                replaced[DP_LABEL] = current
+        if current != "false":
+            out.labels[DP_LABEL] = "false"
+    for key, recorded in facts.owned.labels.items():
+        if key in owned or facts.labels.get(key) != recorded or key in want.labels:
+            continue  # still wanted, already gone, taken over by someone, or now the user's
+        out.labels[key] = facts.owned.replaced.get(key)
+    operator_labels: dict[str, str | None] = {
+        contract.LABEL_POLICY: want.owner,
+        contract.LABEL_MODE: want.mode,
+    }
+    for key, wanted in operator_labels.items():
+        if facts.labels.get(key) != wanted:
+            out.labels[key] = wanted
+    return owned, replaced
+
+
+def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> list[Taint]:
+    """Taint changes into `out`; returns the new record's taints."""
+    current = facts.taint_map()
+    owned: list[Taint] = []
+    add: list[Taint] = []
+    swap: dict[TaintKey, Taint] = {}
+    wanted_keys: set[TaintKey] = {(t.key, t.effect) for t in want.taints}
+    key: TaintKey
+    for taint in want.taints:
+        key = (taint.key, taint.effect)
+        existing = current.get(key)
+        ours = taint_is_ours(facts, key)
+        if existing is None:
+            add.append(taint)
+        elif taint_value(existing) != taint.value:
+            swap[key] = taint
+        if existing is None or taint_value(existing) != taint.value or ours:
+            owned.append(taint)
+    remove: set[TaintKey] = set()
+    for recorded in facts.owned.taints:
+        key = (recorded.key, recorded.effect)
+        if (
+            key not in wanted_keys
+            and key in current
+            and taint_value(current[key]) == recorded.value
+        ):
+            remove.add(key)  # ours, unchanged, no longer wanted
+    if add or swap or remove:
+        kept: list[dict[str, Any]] = []
+        for raw in facts.taints:
+            key = taint_key(raw)
+            if key in remove:
+                continue
+            kept.append(_taint_dict(swap[key]) if key in swap else dict(raw))
+        kept.extend(_taint_dict(t) for t in add)
+        out.taints = kept or None
+        out.taints_changed = True
+    return sorted(owned, key=lambda t: (t.key, t.effect))
+
+
+def _canonical_owned(owned: Owned) -> str:
+    ordered = Owned(
+        labels=dict(sorted(owned.labels.items())),
+        taints=sorted(owned.taints, key=lambda t: (t.key, t.effect)),
+        replaced=dict(sorted(owned.replaced.items())),
+    )
+    return ordered.to_annotation()
+
+
+def _config_text(config: NodeConfig | None) -> str | None:
+    return config.to_annotation() if config is not None else None
+
+
+def _same(raw: str | None, parsed_text: Callable[[], str | None], wanted: str | None) -> bool:
+    """Whether an annotation already says `wanted`: the same text, or the same content."""
+    if raw == wanted:
+        return True
+    if raw is None or wanted is None:
+        return False
+    return parsed_text() == wanted
+
+
+def diff(facts: NodeFacts, want: Desired) -> dict[str, Any] | None:
+    """The merge patch taking `facts` to `want` (None when it already matches). Collisions are
+    not checked here: `plan_node` refuses to write when there are any."""
+    out = _Changes()
+    labels, replaced = _plan_labels(facts, want, out)
+    taints = _plan_taints(facts, want, out)
+    record = Owned(labels=labels, taints=taints, replaced=replaced)
+    record_text = None if record == Owned() else record.to_annotation()
+    config: NodeConfig | None
+    if want.target is not None:
+        config = release(want.target, facts.config)
+        config_text = want.target_text if config is want.target else _config_text(config)
+    else:
+        config = parked_config(facts.config)
+        config_text = _config_text(config)
+    checks = (
+        (contract.ANN_OWNED, record_text, lambda: _canonical_owned(facts.owned)),
+        (contract.ANN_TARGET, want.target_text, lambda: _config_text(facts.target)),
+        (contract.ANN_CONFIG, config_text, lambda: _config_text(facts.config)),
+    )
+    for key, wanted, current in checks:
+        if key in facts.errors or not _same(facts.annotations.get(key), current, wanted):
+            out.annotations[key] = wanted
+    return out.patch(facts)
+
+
+def plan_node(
+    facts: NodeFacts,
+    assignment: Assignment,
+    policies: Mapping[str, ParsedPolicy],
+    desired: Mapping[str, Desired] | None = None,
+) -> NodePlan:
+    """Decide what to write to one node, given the selection and all policies by name
+    (`desired`: `desired_for` of the policies, precomputed once for many nodes)."""
+    old_owner = facts.policy_label
+    owner = assignment.owner
+    base = NodePlan(
+        node=facts.name,
+        action="none",
+        old_owner=old_owner,
+        new_owner=owner,
+        old_mode=facts.mode_label,
+        conflict=assignment.conflict,
+    )
+    if assignment.conflicted and not _owner_gone(old_owner, assignment, policies):
+        return replace(base, action="conflict", new_owner=None, new_mode=facts.mode_label)
+    if contract.ANN_OWNED in facts.errors:
+        return replace(base, action="blocked", problems=(owned_record_unreadable(facts),))
+    owner_policy = policies.get(owner) if owner is not None else None
+    policy = owner_policy.policy if owner_policy is not None else None
+    cached = desired.get(owner) if desired is not None and owner is not None else None
+    want = cached if cached is not None else desired_for(policy)
+    holder = _holder(old_owner, owner, policies)
+    if holder is not None:
+        in_sync = holder == owner and policy is not None and diff(facts, want) is None
+        held = () if holder == owner else (held_by_other_policy(facts.name, holder, owner),)
+        return replace(base, action="held", in_sync=in_sync, problems=held)
+    problems: list[Problem] = []
+    if policy is not None:
+        problems += node_problems(facts, policy.spec)
+        problems += label_collisions(facts, want.labels)
+        problems += taint_collisions(facts, want.taints)
+    if problems:
+        return replace(base, action="blocked", new_mode=want.mode, problems=tuple(problems))
+    patch = diff(facts, want)
+    if patch is None:
+        action: Action = "none"
+    elif owner is None:
+        action = "release"
+    elif old_owner == owner:
+        action = "update"
+    else:
+        action = "configure"
+    return replace(base, action=action, patch=patch, new_mode=want.mode, in_sync=patch is None)
+
+
+def _owner_gone(
+    old_owner: str | None, assignment: Assignment, policies: Mapping[str, ParsedPolicy]
+) -> bool:
+    """The node's policy is deleted (or being deleted) and is not part of the conflict: the node
+    is released rather than kept for a policy that no longer exists (its finalizer waits on it)."""
+    if old_owner is None or old_owner in assignment.conflict:
+        return False
+    parsed = policies.get(old_owner)
+    return parsed is None or parsed.deleting
+
+
+def _holder(
+    old_owner: str | None, owner: str | None, policies: Mapping[str, ParsedPolicy]
+) -> str | None:
+    """The policy freezing this node, if any: suspended or invalid, and not being deleted."""
+    for name in (old_owner, owner):
+        parsed = policies.get(name) if name is not None else None
+        if parsed is not None and not parsed.deleting and (parsed.suspended or not parsed.usable):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    assignments: Mapping[str, Assignment]
+    plans: Mapping[str, NodePlan]
+    policies: Mapping[str, ParsedPolicy]
+
+    @property
+    def patches(self) -> dict[str, dict[str, Any]]:
+        """Node name -> the PATCH to send (only nodes needing a write)."""
+        return {n: p.patch for n, p in sorted(self.plans.items()) if p.patch is not None}
+
+
+def plan_cluster(nodes: Iterable[NodeFacts], policies: Iterable[ParsedPolicy]) -> ClusterPlan:
+    """Selection and a plan for every node: the whole level-based reconcile, pure."""
+    by_name = {p.name: p for p in policies}
+    selectable = [p.policy for p in by_name.values() if p.usable and p.policy is not None]
+    facts = list(nodes)
+    assignments = select(facts, selectable)
+    desired = {p.name: desired_for(p) for p in selectable}
+    plans = {f.name: plan_node(f, assignments[f.name], by_name, desired) for f in facts}
+    return ClusterPlan(assignments=assignments, plans=plans, policies=by_name)
+
+
+def plan_one(facts: NodeFacts, policies: Iterable[ParsedPolicy]) -> NodePlan:
+    """The plan of one node (a node event): same result as `plan_cluster` gives for it."""
+    return plan_cluster([facts], policies).plans[facts.name]

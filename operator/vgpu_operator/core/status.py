@@ -1,0 +1,238 @@
+"""A policy's status, computed from the cluster plan; kstatus, Flux and Argo CD read it.
+
+Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the status stays):
+- `Ready`: True when every matched node is ready and nothing is wrong;
+- `Reconciling`: True while the operator still has work: writes to send, or node agents to finish;
+- `Stalled`: True when progress needs a person: an invalid spec (reason `InvalidSpec`, the message
+  names the field), nodes with problems (`NodeProblems`), a conflict (`Conflict`);
+- `Conflict`: present only while some node is selected by this policy and another one of the same
+  priority; the message names the nodes and the other policies.
+
+A node is *ready* when it is owned by the policy, already carries the desired state (no write
+left: labels, taints, target and released config) and, for a mode that needs the node agent
+(`mig`: MIG mode and layout), the agent reports `vgpu.volcano.sh/state=success`. Other modes need
+no agent work, so an absent state label is fine, but an agent that reports `pending`, `applying`,
+`failed` or `blocked` is believed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from vgpu_operator.core.nodefacts import NodeFacts
+from vgpu_operator.core.nodestate import ClusterPlan, NodePlan
+from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.models.policy import (
+    MAX_PROBLEM_NODES,
+    Condition,
+    NodeProblem,
+    VGPUNodePolicyStatus,
+)
+
+AGENT_MODES = frozenset({"mig"})
+CONDITION_ORDER = ("Ready", "Reconciling", "Stalled", "Conflict")
+_MAX_MESSAGE = 1000
+
+
+def timestamp(now: datetime) -> str:
+    """RFC 3339 in UTC with seconds, as Kubernetes writes times."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_ready(facts: NodeFacts, plan: NodePlan, mode: str) -> bool:
+    if not plan.in_sync or plan.problems:
+        return False
+    state = facts.agent_state
+    if mode in AGENT_MODES:
+        return state == "success"
+    return state in (None, "success")
+
+
+def _agent_problem(facts: NodeFacts) -> NodeProblem | None:
+    if facts.agent_state in ("failed", "blocked"):
+        return NodeProblem(
+            node=facts.name,
+            reason=f"Agent{facts.agent_state.capitalize()}",
+            message=f"the node agent reports {facts.agent_state}; see the node's events",
+        )
+    return None
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def compute_status(
+    parsed: ParsedPolicy,
+    cluster: ClusterPlan,
+    nodes: Mapping[str, NodeFacts],
+    old_status: Mapping[str, Any] | None,
+    now: datetime,
+) -> VGPUNodePolicyStatus:
+    """The status of one policy after planning; `now` stamps conditions that change."""
+    name, generation = parsed.name, parsed.generation
+    conditions: dict[str, tuple[str, str, str]] = {}  # type -> (status, reason, message)
+    problems: list[NodeProblem] = []
+
+    if parsed.policy is None or not parsed.usable:
+        held = sorted(n for n, f in nodes.items() if f.policy_label == name)
+        text = _clip("; ".join(p.describe() for p in parsed.problems))
+        conditions["Ready"] = ("False", "InvalidSpec", text)
+        conditions["Reconciling"] = ("False", "InvalidSpec", "waiting for a valid spec")
+        conditions["Stalled"] = ("True", "InvalidSpec", text)
+        return _finish(name, generation, conditions, [], len(held), 0, old_status, now)
+
+    mode = parsed.policy.spec.mode
+    owned = sorted(n for n, a in cluster.assignments.items() if a.owner == name)
+    ready = [n for n in owned if node_ready(nodes[n], cluster.plans[n], mode)]
+    conflicts = sorted(
+        n for n, a in cluster.assignments.items() if a.conflicted and name in a.conflict
+    )
+    pending = 0
+    for node in owned:
+        plan = cluster.plans[node]
+        if plan.problems:
+            problems.extend(
+                NodeProblem(node=node, reason=p.reason, message=_clip(p.describe()))
+                for p in plan.problems[:1]
+            )
+        elif (agent := _agent_problem(nodes[node])) is not None:
+            problems.append(agent)
+        elif node not in ready:
+            pending += 1
+    for node in conflicts:
+        others = ", ".join(cluster.assignments[node].others_in_conflict(name))
+        problems.append(
+            NodeProblem(
+                node=node,
+                reason="Conflict",
+                message=f"selected with the same priority by policy {others}; left as it is",
+            )
+        )
+
+    if parsed.deleting:
+        still = sorted(n for n, f in nodes.items() if f.policy_label == name)
+        message = f"releasing {_count(len(still), 'node')}"
+        conditions["Ready"] = ("False", "Deleting", message)
+        conditions["Reconciling"] = ("True", "Deleting", message)
+        conditions["Stalled"] = ("False", "Deleting", "")
+        return _finish(name, generation, conditions, [], len(still), 0, old_status, now)
+
+    suspended = parsed.policy.spec.suspend
+    summary = f"{len(ready)}/{len(owned)} nodes ready"
+    blocked = [p for p in problems if p.reason != "Conflict"]
+    parts = []
+    if blocked:
+        parts.append(f"{_count(len(blocked), 'node')} with problems")
+    if conflicts:
+        parts.append(f"{_count(len(conflicts), 'node')} in conflict")
+        detail = "; ".join(f"{p.node}: {p.message}" for p in problems if p.reason == "Conflict")
+        conditions["Conflict"] = ("True", "EqualPriority", _clip(detail))
+    if parts:
+        reason = "NodeProblems" if blocked else "Conflict"
+        first = f"; first: {blocked[0].node}: {blocked[0].message}" if blocked else ""
+        conditions["Ready"] = ("False", reason, f"{summary}; " + ", ".join(parts))
+        conditions["Stalled"] = ("True", reason, _clip(", ".join(parts) + first))
+    else:
+        if pending:
+            why = "Suspended" if suspended else "Progressing"
+            conditions["Ready"] = ("False", why, summary)
+        elif owned:
+            conditions["Ready"] = ("True", "Ready", summary)
+        else:
+            conditions["Ready"] = ("True", "NoMatchingNodes", "no node matches spec.nodeSelector")
+        conditions["Stalled"] = ("False", "NoProblems", "")
+    if suspended:
+        conditions["Reconciling"] = ("False", "Suspended", "spec.suspend is true: nodes are held")
+    elif pending:
+        conditions["Reconciling"] = ("True", "Progressing", f"{_count(pending, 'node')} not ready")
+    else:
+        conditions["Reconciling"] = ("False", "Stalled" if parts else "Ready", "")
+    problems.sort(key=lambda p: (p.node, p.reason))
+    return _finish(name, generation, conditions, problems, len(owned), len(ready), old_status, now)
+
+
+def _finish(
+    name: str,
+    generation: int,
+    conditions: Mapping[str, tuple[str, str, str]],
+    problems: list[NodeProblem],
+    matched: int,
+    ready: int,
+    old_status: Mapping[str, Any] | None,
+    now: datetime,
+) -> VGPUNodePolicyStatus:
+    del name
+    previous = _old_conditions(old_status)
+    stamped = []
+    for kind in CONDITION_ORDER:
+        if kind not in conditions:
+            continue
+        status, reason, message = conditions[kind]
+        before = previous.get(kind)
+        since = (
+            before.last_transition_time
+            if before is not None and before.status == status
+            else timestamp(now)
+        )
+        stamped.append(
+            Condition(
+                type=kind,
+                status=status,
+                reason=reason,
+                message=message,
+                observed_generation=generation,
+                last_transition_time=since,
+            )
+        )
+    return VGPUNodePolicyStatus(
+        observed_generation=generation,
+        conditions=stamped,
+        matched_nodes=matched,
+        ready_nodes=ready,
+        problem_nodes=problems[:MAX_PROBLEM_NODES],
+    )
+
+
+def _old_conditions(old_status: Mapping[str, Any] | None) -> dict[str, Condition]:
+    out: dict[str, Condition] = {}
+    for raw in (old_status or {}).get("conditions") or []:
+        try:
+            condition = Condition.model_validate(raw)
+        except ValidationError:
+            continue
+        out[condition.type] = condition
+    return out
+
+
+def status_body(status: VGPUNodePolicyStatus) -> dict[str, Any]:
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def status_patch(
+    old_status: Mapping[str, Any] | None, new_status: VGPUNodePolicyStatus
+) -> dict[str, Any] | None:
+    """The merge patch for the status subresource, or None when nothing changed (no write)."""
+    new = status_body(new_status)
+    old = dict(old_status or {})
+    defaults = status_body(VGPUNodePolicyStatus())
+    if all(_normal(old.get(k, defaults.get(k)), k) == _normal(v, k) for k, v in new.items()):
+        return None
+    return {"status": new}
+
+
+def _normal(value: Any, key: str) -> Any:
+    """Compare conditions as the apiserver returns them (`message` defaulted to "")."""
+    if key == "conditions" and isinstance(value, list):
+        return [{"message": "", **c} if isinstance(c, Mapping) else c for c in value]
+    if key == "problemNodes" and isinstance(value, list):
+        return [{"message": "", **p} if isinstance(p, Mapping) else p for p in value]
+    return value
