@@ -38,7 +38,7 @@ class Problem:
     node: str | None = None
 
     def describe(self) -> str:
-        text = f"{self.field}: {self.message}"
+        text = f"{self.field}: {self.message} ({self.reason})"
         return f"{text}; fix: {self.fix}" if self.fix else text
 
 
