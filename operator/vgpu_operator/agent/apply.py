@@ -1,0 +1,324 @@
+"""The executor: observe, plan (core.mig), run the steps GPU by GPU through nvidia-smi, read back,
+verify, and return a terminal Outcome: `success`, `failed` (with a reason) or `blocked` (with the
+processes). Every path, errors and timeouts included, ends in one of the three.
+
+- A mode change on one GPU resets only that GPU, and only when the mode stays pending (Ampere;
+  Hopper switches at once). If it is still pending after the reset, or the GPU cannot be reset
+  (passthrough), the GPU fails with the reason `reboot required` (mig-anchors.md §1.6, §4.5).
+- Before a reset and when the driver refuses a destroy as "in use", running compute processes are
+  looked up again: the GPU is `blocked` with them, nothing is destroyed (the plan already blocks
+  GPUs that had processes when it was made).
+- Success is reported only from a read-back that matches (core.mig_verify), never from a write.
+- A timeout stops the run: a hung nvidia-smi would only hang again.
+
+No Kubernetes here: the agent's loop (a thin shell) reads the released configuration, calls
+`reconcile_gpus`, and writes the inventory annotation, the state label and Events from the Outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Literal
+
+from vgpu_operator.agent.observe import observe, processes_on, read_back
+from vgpu_operator.agent.parse import SmiErrorKind
+from vgpu_operator.agent.smi import NvidiaSmi, SmiError
+from vgpu_operator.core.mig import GpuPlan, Step, StepKind, plan_node
+from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES
+from vgpu_operator.core.mig_verify import verify, verify_gpu
+from vgpu_operator.models.inventory import GpuInfo, Inventory, ProcessInfo
+from vgpu_operator.models.node import NodeConfig
+
+__all__ = ["GpuOutcome", "Outcome", "Reason", "observe", "reconcile_gpus"]
+
+
+class Reason(StrEnum):
+    APPLIED = "applied"
+    UNCHANGED = "already applied"
+    NO_CONFIG = "no configuration"
+    INVALID = "invalid configuration"
+    NOT_MIG_CAPABLE = "not MIG-capable"
+    IN_USE = "GPU in use"
+    REBOOT_REQUIRED = "reboot required"
+    RESET_REFUSED = "reset refused"
+    INSUFFICIENT = "insufficient resources"
+    TIMEOUT = "timeout"
+    VERIFY = "verification failed"
+    SMI = "nvidia-smi error"
+    OBSERVE = "cannot read the GPUs"
+    INTERNAL = "internal error"
+
+
+State = Literal["success", "failed", "blocked"]
+
+
+@dataclass(frozen=True)
+class GpuOutcome:
+    index: int
+    state: State
+    reason: Reason
+    message: str = ""
+    steps_done: int = 0
+    processes: tuple[ProcessInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: State
+    reason: Reason
+    message: str
+    gpus: tuple[GpuOutcome, ...] = ()
+    inventory: Inventory | None = None  # the hardware at the end (None: could not be read)
+    steps_done: int = 0
+
+    @property
+    def event_reason(self) -> str:
+        """CamelCase for a Kubernetes Event: `reboot required` -> `RebootRequired`."""
+        return "".join(w[:1].upper() + w[1:] for w in self.reason.replace("-", " ").split())
+
+    @property
+    def processes(self) -> tuple[tuple[int, ProcessInfo], ...]:
+        return tuple((g.index, p) for g in self.gpus for p in g.processes)
+
+
+class _Stop(Exception):
+    """One GPU ends here with this outcome."""
+
+    def __init__(
+        self, state: State, reason: Reason, message: str, procs: list[ProcessInfo] | None = None
+    ):
+        super().__init__(message)
+        self.state, self.reason, self.message = state, reason, message
+        self.procs = tuple(procs or ())
+
+
+_KIND_REASON = {
+    SmiErrorKind.TIMEOUT: Reason.TIMEOUT,
+    SmiErrorKind.INSUFFICIENT_RESOURCES: Reason.INSUFFICIENT,
+    SmiErrorKind.IN_USE: Reason.IN_USE,
+    SmiErrorKind.RESET_NOT_SUPPORTED: Reason.REBOOT_REQUIRED,
+    SmiErrorKind.PENDING_REBOOT: Reason.REBOOT_REQUIRED,
+    SmiErrorKind.NOT_MIG_CAPABLE: Reason.NOT_MIG_CAPABLE,
+}
+
+
+def _reason(e: SmiError) -> Reason:
+    return _KIND_REASON.get(e.kind, Reason.SMI)
+
+
+async def reconcile_gpus(
+    driver: NvidiaSmi,
+    desired: NodeConfig | None,
+    previous: NodeConfig | None,
+    *,
+    on_step: Callable[[Step], None] | None = None,
+) -> Outcome:
+    """Make the node's GPUs match `desired`; `previous` is the configuration last applied
+    successfully (core.mig: it decides whether a dynamic configuration is a switch).
+
+    Always returns a terminal Outcome; only cancellation propagates (it kills the running
+    nvidia-smi first, agent.smi)."""
+    try:
+        return await _reconcile(driver, desired, previous, on_step)
+    except Exception as e:  # the contract is a terminal state on every path
+        return Outcome("failed", Reason.INTERNAL, f"{type(e).__name__}: {e}")
+
+
+async def _reconcile(
+    driver: NvidiaSmi,
+    desired: NodeConfig | None,
+    previous: NodeConfig | None,
+    on_step: Callable[[Step], None] | None,
+) -> Outcome:
+    try:
+        inv = await observe(driver)
+    except SmiError as e:
+        return Outcome(
+            "failed", _reason(e) if e.kind == SmiErrorKind.TIMEOUT else Reason.OBSERVE, str(e)
+        )
+    plan = plan_node(inv, desired, previous)
+    if plan.errors:
+        capable = all("not MIG-capable" in e.message for e in plan.errors)
+        reason = Reason.NOT_MIG_CAPABLE if capable else Reason.INVALID
+        message = "; ".join(str(e) for e in plan.errors)
+        return Outcome(
+            "failed", reason, message, inventory=inv.model_copy(update={"applied": previous})
+        )
+    if desired is None:
+        kept = inv.model_copy(update={"applied": previous})
+        return Outcome("success", Reason.NO_CONFIG, "; ".join(plan.notes), inventory=kept)
+    results: list[GpuOutcome] = []
+    final = {g.index: g for g in inv.gpus}
+    for gp in plan.gpus:
+        gpu = final[gp.index]
+        result, back = await _apply_gpu(driver, gpu, gp, on_step)
+        results.append(result)
+        if back is not None:
+            final[gp.index] = back
+        if result.reason == Reason.TIMEOUT:
+            break
+    observed = inv.model_copy(update={"gpus": [final[i] for i in sorted(final)]})
+    return _finish(observed, desired, previous, results)
+
+
+def _finish(
+    final: Inventory, desired: NodeConfig, previous: NodeConfig | None, results: list[GpuOutcome]
+) -> Outcome:
+    """The node outcome from the GPU outcomes and what was read back."""
+    steps = sum(r.steps_done for r in results)
+    settled = {r.index for r in results if r.state != "success"}
+    for d in verify(final, desired, previous, skip=settled):
+        results = [
+            replace(r, state="failed", reason=Reason.VERIFY, message=str(d))
+            if r.index == d.gpu and r.state == "success"
+            else r
+            for r in results
+        ]
+    failed = [r for r in results if r.state == "failed"]
+    blocked = [r for r in results if r.state == "blocked"]
+    applied = desired if not failed and not blocked else previous
+    # after a timeout the GPU that hung is in an unknown state: report no inventory
+    timed_out = any(r.reason == Reason.TIMEOUT for r in results)
+    inventory = None if timed_out else final.model_copy(update={"applied": applied})
+    if failed:
+        message = "; ".join(r.message for r in failed + blocked)
+        return Outcome("failed", failed[0].reason, message, tuple(results), inventory, steps)
+    if blocked:
+        message = "; ".join(r.message for r in blocked)
+        return Outcome("blocked", Reason.IN_USE, message, tuple(results), inventory, steps)
+    reason = Reason.APPLIED if steps else Reason.UNCHANGED
+    message = f"{steps} step(s) applied and verified" if steps else "the GPUs already match"
+    return Outcome("success", reason, message, tuple(results), inventory, steps)
+
+
+def _blocked_message(index: int, procs: tuple[ProcessInfo, ...] | list[ProcessInfo]) -> str:
+    names = ", ".join(f"{p.name or '?'} (pid {p.pid})" for p in procs)
+    return f"GPU {index} has running compute processes: {names}; nothing was changed on it"
+
+
+async def _apply_gpu(
+    driver: NvidiaSmi, gpu: GpuInfo, gp: GpuPlan, on_step: Callable[[Step], None] | None
+) -> tuple[GpuOutcome, GpuInfo | None]:
+    """Run one GPU's steps, read the GPU back and verify it: (outcome, what was read back)."""
+    i = gp.index
+    if gp.error:
+        return GpuOutcome(i, "failed", Reason.INVALID, gp.error), None
+    if gp.blocked:
+        message = _blocked_message(i, gp.blocked_by)
+        return GpuOutcome(i, "blocked", Reason.IN_USE, message, 0, gp.blocked_by), None
+    if not gp.steps:
+        return GpuOutcome(i, "success", Reason.UNCHANGED), None
+    done = 0
+    try:
+        for step in gp.steps:
+            if on_step is not None:
+                on_step(step)
+            await _run_step(driver, gpu, step)
+            done += 1
+    except _Stop as s:
+        outcome = GpuOutcome(i, s.state, s.reason, s.message, done, s.procs)
+    except SmiError as e:
+        outcome = GpuOutcome(i, "failed", _reason(e), f"GPU {i}: {e}", done)
+    else:
+        outcome = GpuOutcome(i, "success", Reason.APPLIED, f"GPU {i}: {done} step(s) applied", done)
+    if outcome.reason == Reason.TIMEOUT:
+        return outcome, None
+    try:
+        back = await read_back(driver, gpu)
+    except SmiError as e:
+        return GpuOutcome(i, "failed", _reason(e), f"GPU {i}: read-back failed: {e}", done), None
+    differences = verify_gpu(gp.target, back)
+    if outcome.state == "success" and differences:
+        message = "; ".join(map(str, differences))
+        return GpuOutcome(i, "failed", Reason.VERIFY, message, done), back
+    return outcome, back
+
+
+async def _run_step(driver: NvidiaSmi, gpu: GpuInfo, step: Step) -> None:
+    i = step.gpu
+    try:
+        match step.kind:
+            case StepKind.DESTROY_CI:
+                assert step.gi is not None
+                await driver.destroy_ci(i, step.gi, step.ci)
+            case StepKind.DESTROY_GI:
+                assert step.gi is not None
+                await driver.destroy_gi(i, step.gi)
+            case StepKind.SET_MODE:
+                await _set_mode(driver, gpu, bool(step.enable))
+            case StepKind.RESET:
+                await _reset(driver, gpu, want=not bool(gpu.mig_current))
+            case StepKind.CREATE_GI:
+                assert step.profile_id is not None
+                created = await driver.create_gi(i, step.profile_id, step.start)
+                if not created:
+                    raise _Stop("failed", Reason.SMI, f"GPU {i}: nvidia-smi created no instance")
+            case StepKind.CREATE_CI:
+                assert step.gi is not None and step.profile is not None
+                slices = int(step.profile.split("g.", 1)[0])
+                await driver.create_ci(i, step.gi, CI_PROFILE_BY_SLICES[slices])
+    except SmiError as e:
+        if e.kind == SmiErrorKind.IN_USE:
+            procs = await _processes(driver, gpu)
+            if procs:
+                raise _Stop("blocked", Reason.IN_USE, _blocked_message(i, procs), procs) from e
+        raise
+
+
+async def _processes(driver: NvidiaSmi, gpu: GpuInfo) -> list[ProcessInfo]:
+    return processes_on(gpu.bus_id, gpu.uuid, await driver.compute_apps())
+
+
+async def _mode(driver: NvidiaSmi, index: int) -> tuple[bool | None, bool | None]:
+    rows = await driver.query_gpus(index)
+    if not rows:
+        raise _Stop("failed", Reason.SMI, f"GPU {index} is no longer listed by nvidia-smi")
+    return rows[0].mig_current, rows[0].mig_pending
+
+
+async def _set_mode(driver: NvidiaSmi, gpu: GpuInfo, enable: bool) -> None:
+    i = gpu.index
+    await driver.set_mig_mode(i, enable)
+    current, pending = await _mode(driver, i)
+    if current == enable and pending == enable:
+        return
+    if pending != enable:
+        raise _Stop(
+            "failed", Reason.SMI, f"GPU {i}: nvidia-smi did not accept MIG mode {int(enable)}"
+        )
+    await _reset(driver, gpu, enable)
+
+
+async def _reset(driver: NvidiaSmi, gpu: GpuInfo, want: bool) -> None:
+    """Reset only this GPU so its pending MIG mode becomes current; read the mode back."""
+    i, word = gpu.index, "enable" if want else "disable"
+    procs = await _processes(driver, gpu)
+    if procs:
+        raise _Stop("blocked", Reason.IN_USE, _blocked_message(i, procs), procs)
+    try:
+        await driver.reset(i)
+    except SmiError as e:
+        if e.kind in (SmiErrorKind.RESET_NOT_SUPPORTED, SmiErrorKind.PENDING_REBOOT):
+            raise _Stop(
+                "failed",
+                Reason.REBOOT_REQUIRED,
+                f"GPU {i}: MIG mode is pending {word} and the GPU cannot be reset here "
+                f"(reset not supported, e.g. GPU passthrough); reboot the node to apply it",
+            ) from e
+        if e.kind == SmiErrorKind.IN_USE:
+            raise _Stop(
+                "failed",
+                Reason.RESET_REFUSED,
+                f"GPU {i}: reset refused, in use by another client (nvidia-persistenced, DCGM, "
+                f"a monitoring agent?); stop it or reboot the node to apply MIG mode {word}",
+            ) from e
+        raise
+    current, _ = await _mode(driver, i)
+    if current != want:
+        raise _Stop(
+            "failed",
+            Reason.REBOOT_REQUIRED,
+            f"GPU {i}: MIG mode is still pending {word} after the reset; reboot the node",
+        )

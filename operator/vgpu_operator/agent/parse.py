@@ -1,0 +1,280 @@
+"""Pure parsers for the nvidia-smi output formats of mig-anchors.md §3, and error classification.
+
+Tables are parsed by row shape, not by column position: `mig -lgip` comes in two layouts (the
+79-column one with a separator row after each profile, and the 81-column one of newer drivers,
+with or without separators, ref §3.3), `mig -lgi` in a 54- and a 59-column width, and `mig -lci`
+with or without the Placement column (ref §3.6). Lines that match no row shape (borders, headers,
+a `...` in a quoted sample) are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+QUERY_GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "memory.total",
+    "mig.mode.current",
+    "mig.mode.pending",
+)
+# process_name last: it is the only field that may itself contain ", ".
+COMPUTE_APPS_FIELDS = ("gpu_bus_id", "gpu_uuid", "pid", "used_memory", "process_name")
+
+
+class SmiErrorKind(StrEnum):
+    IN_USE = "in use by another client"
+    RESET_NOT_SUPPORTED = "reset not supported"
+    INSUFFICIENT_RESOURCES = "insufficient resources"
+    PENDING_REBOOT = "pending reset or reboot required"
+    NOT_MIG_CAPABLE = "not MIG-capable"
+    NOT_FOUND = "not found"
+    TIMEOUT = "timeout"
+    OTHER = "other"
+
+
+def classify(output: str) -> SmiErrorKind:
+    """The class of an nvidia-smi error message (texts quoted in ref §3.1, §3.5, §3.7)."""
+    if re.search(r"Resetting GPU \S+ is not supported", output):
+        return SmiErrorKind.RESET_NOT_SUPPORTED
+    if "In use by another client" in output or "currently being used by one or more" in output:
+        return SmiErrorKind.IN_USE
+    if re.search(r"pending (enable|disable) state|Reboot the system|Reset required", output):
+        return SmiErrorKind.PENDING_REBOOT
+    if "Insufficient Resources" in output:
+        return SmiErrorKind.INSUFFICIENT_RESOURCES
+    if re.search(r"No MIG-supported devices|MIG Mode for GPU \S+: Not Supported", output):
+        return SmiErrorKind.NOT_MIG_CAPABLE
+    if re.search(r"Not Found|No (GPU|compute) instances found|No MIG-enabled devices", output):
+        return SmiErrorKind.NOT_FOUND
+    return SmiErrorKind.OTHER
+
+
+# --- CSV queries (ref §3.2) ---------------------------------------------------------------
+
+
+def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, str]]:
+    """`--format=csv[,noheader][,nounits]` rows as dicts. Without `fields` the first line is
+    the header (units such as ` [MiB]` are dropped from its names)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if fields is None:
+        if not lines:
+            return []
+        fields = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in lines[0].split(",")]
+        lines = lines[1:]
+    out = []
+    for line in lines:
+        values = [v.strip() for v in line.split(", ", len(fields) - 1)]
+        if len(values) == len(fields):
+            out.append(dict(zip(fields, values, strict=True)))
+    return out
+
+
+def mig_mode(value: str) -> bool | None:
+    """`Enabled`/`Disabled`; `[N/A]` (not MIG-capable) and anything else -> None."""
+    return {"Enabled": True, "Disabled": False}.get(value.strip())
+
+
+def mib(value: str) -> int | None:
+    m = re.match(r"^\s*(\d+)(?:\s*MiB)?\s*$", value)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    uuid: str
+    name: str
+    bus_id: str
+    memory_mib: int
+    mig_current: bool | None
+    mig_pending: bool | None
+
+
+def parse_gpus(text: str) -> list[GpuRow]:
+    """`--query-gpu=index,uuid,name,pci.bus_id,memory.total,mig.mode.current,mig.mode.pending`,
+    with or without header and units."""
+    has_header = text.lstrip().startswith("index")
+    rows = parse_csv(text, None if has_header else QUERY_GPU_FIELDS)
+    return [
+        GpuRow(
+            index=int(r["index"]),
+            uuid=r["uuid"],
+            name=r["name"],
+            bus_id=r["pci.bus_id"],
+            memory_mib=mib(r["memory.total"]) or 0,
+            mig_current=mig_mode(r["mig.mode.current"]),
+            mig_pending=mig_mode(r["mig.mode.pending"]),
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class ProcRow:
+    bus_id: str
+    gpu_uuid: str
+    pid: int
+    used_memory_mib: int | None
+    name: str
+
+
+def parse_compute_apps(text: str) -> list[ProcRow]:
+    """`--query-compute-apps=gpu_bus_id,gpu_uuid,pid,used_memory,process_name
+    --format=csv,noheader,nounits` (field order ours; the format is the CSV of ref §3.2)."""
+    if "No running processes found" in text:
+        return []
+    has_header = text.lstrip().startswith("gpu_bus_id")
+    rows = parse_csv(text, None if has_header else COMPUTE_APPS_FIELDS)
+    out = []
+    for r in rows:
+        pid = r.get("pid", "")
+        if pid.isdigit():
+            used = r.get("used_memory", r.get("used_gpu_memory", ""))
+            out.append(
+                ProcRow(r["gpu_bus_id"], r["gpu_uuid"], int(pid), mib(used), r["process_name"])
+            )
+    return out
+
+
+# --- MIG tables (ref §3.3-§3.6) -------------------------------------------------------------
+
+_LGIP_ROW = re.compile(
+    r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s+([\d.]+)\s+(Yes|No)"
+    r"\s+(\d+)\s+(\d+)\s+(\d+)\s*\|$"
+)
+_LGIP_ENGINES = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s*\|$")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    gpu: int
+    name: str  # without "MIG "
+    id: int
+    free: int
+    total: int
+    memory_gib: float
+    p2p: bool
+    sm: int
+    dec: int
+    enc: int
+    ce: int | None = None
+    jpeg: int | None = None
+    ofa: int | None = None
+
+
+def parse_lgip(text: str) -> list[ProfileRow]:
+    """`nvidia-smi mig -lgip`: one row per profile, the next line CE/JPEG/OFA."""
+    out: list[ProfileRow] = []
+    pending: ProfileRow | None = None
+    for line in text.splitlines():
+        line = line.rstrip()
+        m = _LGIP_ROW.match(line)
+        if m:
+            if pending is not None:
+                out.append(pending)
+            g = m.groups()
+            pending = ProfileRow(
+                gpu=int(g[0]),
+                name=g[1],
+                id=int(g[2]),
+                free=int(g[3]),
+                total=int(g[4]),
+                memory_gib=float(g[5]),
+                p2p=g[6] == "Yes",
+                sm=int(g[7]),
+                dec=int(g[8]),
+                enc=int(g[9]),
+            )
+            continue
+        e = _LGIP_ENGINES.match(line)
+        if e and pending is not None:
+            ce, jpeg, ofa = (int(x) for x in e.groups())
+            out.append(ProfileRow(**{**pending.__dict__, "ce": ce, "jpeg": jpeg, "ofa": ofa}))
+            pending = None
+            continue
+        if pending is not None:  # no engine line followed (e.g. elided): keep the row
+            out.append(pending)
+            pending = None
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
+_LGIPP = re.compile(r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,\s]*)\}:(\d+)")
+
+
+@dataclass(frozen=True)
+class PlacementRow:
+    gpu: int
+    profile_id: int
+    starts: tuple[int, ...]
+    size: int
+
+
+def parse_lgipp(text: str) -> list[PlacementRow]:
+    """`nvidia-smi mig -lgipp`: `GPU  0 Profile ID  9 Placements: {0,4}:4` (ref §3.4)."""
+    out = []
+    for line in text.splitlines():
+        m = _LGIPP.match(line.strip())
+        if m:
+            starts = tuple(int(x) for x in m.group(3).replace(" ", "").split(",") if x)
+            out.append(PlacementRow(int(m.group(1)), int(m.group(2)), starts, int(m.group(4))))
+    return out
+
+
+_LGI_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|$")
+
+
+@dataclass(frozen=True)
+class GiRow:
+    gpu: int
+    name: str
+    profile_id: int
+    gi: int
+    start: int
+    size: int
+
+
+def parse_lgi(text: str) -> list[GiRow]:
+    """`nvidia-smi mig -lgi` (either width); `No GPU instances found` -> []."""
+    out = []
+    for line in text.splitlines():
+        m = _LGI_ROW.match(line.rstrip())
+        if m:
+            g = [m.group(1), *m.groups()[2:]]
+            gpu, pid, gi, start, size = (int(x) for x in g)
+            out.append(GiRow(gpu, m.group(2), pid, gi, start, size))
+    return out
+
+
+_LCI_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)(?:\s+(\d+):(\d+))?\s*\|$")
+
+
+@dataclass(frozen=True)
+class CiRow:
+    gpu: int
+    gi: int
+    name: str
+    profile_id: int
+    ci: int
+    start: int | None
+    size: int | None
+
+
+def parse_lci(text: str) -> list[CiRow]:
+    """`nvidia-smi mig -lci`, Placement column optional; `No compute instances found` -> []."""
+    out = []
+    for line in text.splitlines():
+        m = _LCI_ROW.match(line.rstrip())
+        if m:
+            g = m.groups()
+            start = int(g[5]) if g[5] is not None else None
+            size = int(g[6]) if g[6] is not None else None
+            out.append(CiRow(int(g[0]), int(g[1]), g[2], int(g[3]), int(g[4]), start, size))
+    return out

@@ -1,0 +1,204 @@
+"""The nvidia-smi driver: every call a subprocess with a timeout, outputs parsed (agent.parse),
+errors classified (parse.SmiErrorKind). Every mutating call is scoped to one GPU (`-i N`).
+
+The binary is `nvidia-smi` on PATH unless `VGPU_NVIDIA_SMI` or the `binary` argument names
+another (the tests point it at the fake, devcluster.fakesmi, which is run exactly the same way).
+
+Placement syntax: `-cgi <profile>:<start>` is nvidia-smi's "profile tuple ... optional placement
+specifier, which consists of a colon and a placement start index" (`nvidia-smi mig -h`, as quoted
+in public wrappers; not in mig-anchors.md). The placement is a request; the agent reads back what
+the driver did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vgpu_operator.agent.parse import (
+    COMPUTE_APPS_FIELDS,
+    QUERY_GPU_FIELDS,
+    CiRow,
+    GiRow,
+    GpuRow,
+    PlacementRow,
+    ProcRow,
+    ProfileRow,
+    SmiErrorKind,
+    classify,
+    parse_compute_apps,
+    parse_gpus,
+    parse_lci,
+    parse_lgi,
+    parse_lgip,
+    parse_lgipp,
+)
+from vgpu_operator.agent.parse_actions import (
+    CreatedGi,
+    Destroyed,
+    ModeChange,
+    ResetResult,
+    parse_created,
+    parse_destroyed,
+    parse_mode_change,
+    parse_reset,
+)
+
+ENV_BINARY = "VGPU_NVIDIA_SMI"
+DEFAULT_BINARY = "nvidia-smi"
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class SmiResult:
+    argv: tuple[str, ...]
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return (self.stdout + "\n" + self.stderr).strip()
+
+
+class SmiError(Exception):
+    """An nvidia-smi call that failed, timed out or could not run."""
+
+    def __init__(self, kind: SmiErrorKind, argv: tuple[str, ...], rc: int | None, output: str):
+        self.kind = kind
+        self.argv = argv
+        self.rc = rc
+        self.output = output.strip()
+        last = self.output.splitlines()[-1] if self.output else f"exit code {rc}"
+        super().__init__(f"`{' '.join(argv)}` failed ({kind}): {last}")
+
+
+class NvidiaSmi:
+    """Async nvidia-smi runner. Not thread-safe; one agent drives one node."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.binary = binary or os.environ.get(ENV_BINARY) or DEFAULT_BINARY
+        self.timeout = timeout
+        self.env = {**os.environ, **env} if env is not None else None
+        self.calls = 0
+
+    async def run(self, *args: str, timeout: float | None = None, check: bool = True) -> SmiResult:
+        argv = (self.binary, *args)
+        self.calls += 1
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=self.env,
+            )
+        except OSError as e:
+            raise SmiError(SmiErrorKind.OTHER, argv, None, f"cannot run {self.binary}: {e}") from e
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout or self.timeout)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            limit = timeout or self.timeout
+            raise SmiError(SmiErrorKind.TIMEOUT, argv, None, f"no answer in {limit:g}s") from e
+        result = SmiResult(
+            argv, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+        )
+        if check and result.rc != 0:
+            raise SmiError(classify(result.output), argv, result.rc, result.output)
+        return result
+
+    # --- queries ------------------------------------------------------------------------------
+
+    async def query_gpus(self, index: int | None = None) -> list[GpuRow]:
+        args = [f"--query-gpu={','.join(QUERY_GPU_FIELDS)}", "--format=csv,noheader,nounits"]
+        return parse_gpus((await self.run(*args, *_scope(index))).stdout)
+
+    async def list_profiles(self, index: int | None = None) -> list[ProfileRow]:
+        """`mig -lgip`; [] when the GPU is not MIG-capable or the driver lists none."""
+        res = await self._listing("mig", *_scope(index), "-lgip")
+        return parse_lgip(res.stdout) if res else []
+
+    async def list_placements(self, index: int | None = None) -> list[PlacementRow]:
+        res = await self._listing("mig", *_scope(index), "-lgipp")
+        return parse_lgipp(res.stdout) if res else []
+
+    async def list_gis(self, index: int) -> list[GiRow]:
+        """`mig -i N -lgi`; [] for `No GPU instances found: Not Found`."""
+        res = await self._listing("mig", "-i", str(index), "-lgi")
+        return parse_lgi(res.stdout) if res else []
+
+    async def list_cis(self, index: int) -> list[CiRow]:
+        res = await self._listing("mig", "-i", str(index), "-lci")
+        return parse_lci(res.stdout) if res else []
+
+    async def compute_apps(self) -> list[ProcRow]:
+        fields = ",".join(COMPUTE_APPS_FIELDS)
+        res = await self.run(f"--query-compute-apps={fields}", "--format=csv,noheader,nounits")
+        return parse_compute_apps(res.stdout)
+
+    async def _listing(self, *args: str) -> SmiResult | None:
+        """A listing call; None when nvidia-smi says there is nothing to list."""
+        res = await self.run(*args, check=False)
+        if res.rc == 0:
+            return res
+        kind = classify(res.output)
+        if kind in (SmiErrorKind.NOT_FOUND, SmiErrorKind.NOT_MIG_CAPABLE):
+            return None
+        raise SmiError(kind, res.argv, res.rc, res.output)
+
+    # --- actions, each on one GPU -------------------------------------------------------------
+
+    async def set_mig_mode(self, index: int, enable: bool) -> list[ModeChange]:
+        """`-i N -mig 1|0`. A pending result is not an error here: the caller reads back."""
+        res = await self.run("-i", str(index), "-mig", "1" if enable else "0")
+        return parse_mode_change(res.output)
+
+    async def reset(self, index: int) -> list[ResetResult]:
+        """`-i N -r`: reset this GPU only (mig-parted resets every GPU of the node, ref §1.4)."""
+        res = await self.run("-i", str(index), "-r", check=False)
+        results = parse_reset(res.output)
+        if res.rc != 0 or any(not r.ok for r in results):
+            kind = classify(res.output)
+            raise SmiError(
+                SmiErrorKind.OTHER if kind == SmiErrorKind.NOT_FOUND else kind,
+                res.argv,
+                res.rc,
+                res.output,
+            )
+        return results
+
+    async def create_gi(self, index: int, profile_id: int, start: int | None) -> list[CreatedGi]:
+        """`mig -i N -cgi <id>[:<start>] -C`: one GPU instance with its default CI."""
+        spec = str(profile_id) if start is None else f"{profile_id}:{start}"
+        res = await self.run("mig", "-i", str(index), "-cgi", spec, "-C")
+        return parse_created(res.output)[0]
+
+    async def create_ci(self, index: int, gi: int, ci_profile_id: int) -> None:
+        await self.run("mig", "-i", str(index), "-gi", str(gi), "-cci", str(ci_profile_id))
+
+    async def destroy_ci(self, index: int, gi: int, ci: int | None = None) -> list[Destroyed]:
+        extra = ("-ci", str(ci)) if ci is not None else ()
+        res = await self.run("mig", "-i", str(index), "-gi", str(gi), *extra, "-dci")
+        return parse_destroyed(res.output)
+
+    async def destroy_gi(self, index: int, gi: int) -> list[Destroyed]:
+        res = await self.run("mig", "-i", str(index), "-gi", str(gi), "-dgi")
+        return parse_destroyed(res.output)
+
+
+def _scope(index: int | None) -> tuple[str, ...]:
+    return () if index is None else ("-i", str(index))

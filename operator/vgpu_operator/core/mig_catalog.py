@@ -1,0 +1,284 @@
+"""MIG profiles per GPU model: the one table the planner, the fake nvidia-smi and the Volcano
+config (`knownMigGeometries`) share.
+
+Sources (shared/reference/mig-anchors.md, "ref" below): §3.3 (`mig -lgip` layouts), §3.4
+(placements, `mig -lgipp`), §3.9 (profile IDs per model, memory and SM counts), §3.2 (memory
+totals). Where the reference names a value, the value is the reference's. Everything else in an
+entry is named in its `unconfirmed` text: values taken from `mig -lgip` tables of the MIG user
+guide as copied in public notes (engine counts, some GiB figures), or estimates. The agent never
+needs this table on real hardware (it reads `-lgip`/`-lgipp` per GPU, ref §6 "Resolve profile
+names per GPU"); it is the fallback when the driver cannot list profiles (ref §1.6: drivers up to
+535 list none while MIG is off) and the model of the fake nvidia-smi.
+
+Geometry model: a GPU has `compute_slices` (7 or 4) and `memory_slices` (8 or 4). A GPU instance
+of a profile starts at one of `placements` and covers `size` memory slices `[start, start+size)`
+(ref §3.4: "`{<start indices>}:<memory-slice count>`"); the compute slices of all instances add up
+to at most `compute_slices`. The planner and the fake both use exactly this model.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, NamedTuple
+
+Arch = Literal["ampere", "hopper", "ada"]
+
+# NVML compute-instance profile enum by compute slices (ref §1.2: CI 1_SLICE=0, 2=1, 3=2, 4=3,
+# 7=4, 8=5, 6=6); the "full" CI of a GI uses all of the GI's compute slices.
+CI_PROFILE_BY_SLICES: Final[dict[int, int]] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
+
+class MigProfile(NamedTuple):
+    """One GPU-instance profile of one GPU model, as `nvidia-smi mig -lgip`/`-lgipp` show it."""
+
+    id: int  # the nvidia-smi profile ID (ref §1.2: not the NVML enum index)
+    name: str  # "1g.10gb", "1g.10gb+me"
+    slices: int  # compute slices (the N of "Ng")
+    size: int  # memory slices one instance covers (the ":N" of `-lgipp`)
+    memory_gib: float  # the "Memory GiB" column of `-lgip`
+    max_count: int  # the "Total" of "Free/Total"
+    placements: tuple[int, ...]  # legal start memory slices
+    sm: int
+    dec: int
+    enc: int
+    ce: int
+    jpeg: int
+    ofa: int
+    since_driver: int = 0  # first driver branch that offers the profile (0: always)
+    unconfirmed: str = ""  # what in this entry the reference does not confirm
+
+    @property
+    def memory_mib(self) -> int:
+        """MiB as Volcano/HAMi `knownMigGeometries` write it (e.g. 9.50 GiB -> 9728)."""
+        return round(self.memory_gib * 1024)
+
+    @property
+    def ci_profile_id(self) -> int:
+        """The compute-instance profile ID of the default CI that `-C` creates."""
+        return CI_PROFILE_BY_SLICES[self.slices]
+
+    @property
+    def media(self) -> bool:
+        return "+me" in self.name
+
+
+class GpuModel(NamedTuple):
+    """A GPU model: NVML name, memory, architecture and (for MIG-capable ones) profiles."""
+
+    key: str  # short model name, a substring of the NVML name (knownMigGeometries `models`)
+    nvml_name: str  # `--query-gpu=name`
+    arch: Arch
+    memory_mib: int  # `--query-gpu=memory.total` (nounits)
+    compute_slices: int = 0
+    memory_slices: int = 0
+    profiles: tuple[MigProfile, ...] = ()
+    pci_device_id: str = ""  # mig-parted device-filter form, 0xDDDDVVVV (ref §2.7)
+    unconfirmed: str = ""
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.profiles)
+
+    @property
+    def mode_change_needs_reset(self) -> bool:
+        """Ampere needs a GPU reset for a MIG mode change; Hopper and later do not (ref §2.4)."""
+        return self.arch == "ampere"
+
+    def profile(self, key: str | int) -> MigProfile | None:
+        """Look up a profile by nvidia-smi ID, short name (`3g.20gb`) or full name (`MIG ...`)."""
+        for p in self.profiles:
+            if isinstance(key, int):
+                if p.id == key:
+                    return p
+            elif key.removeprefix("MIG ") == p.name:
+                return p
+        return None
+
+
+# --- compact constructors -------------------------------------------------------------------
+
+_P7_1: Final = (0, 1, 2, 3, 4, 5, 6)  # 1g on 7-slice GPUs (ref §3.4)
+_P7_1X2: Final = (0, 2, 4, 6)  # double-memory 1g
+_P7_2: Final = (0, 2, 4)
+_P7_3: Final = (0, 4)
+_P7_4: Final = (0,)
+_P7_7: Final = (0,)
+
+
+def _p(
+    pid: int,
+    name: str,
+    size: int,
+    gib: float,
+    count: int,
+    placements: tuple[int, ...],
+    engines: tuple[int, int, int, int, int, int],
+    *,
+    since: int = 0,
+    unconfirmed: str = "",
+) -> MigProfile:
+    """engines = (SM, DEC, ENC, CE, JPEG, OFA), the two `-lgip` lines in print order."""
+    sm, dec, enc, ce, jpeg, ofa = engines
+    slices = int(name.split("g.", 1)[0])
+    return MigProfile(
+        id=pid,
+        name=name,
+        slices=slices,
+        size=size,
+        memory_gib=gib,
+        max_count=count,
+        placements=placements,
+        sm=sm,
+        dec=dec,
+        enc=enc,
+        ce=ce,
+        jpeg=jpeg,
+        ofa=ofa,
+        since_driver=since,
+        unconfirmed=unconfirmed,
+    )
+
+
+_GUIDE = "engine counts from the MIG user guide's -lgip table (public copies), not the reference"
+
+A100_40GB: Final = GpuModel(
+    key="A100-SXM4-40GB",
+    nvml_name="NVIDIA A100-SXM4-40GB",
+    arch="ampere",
+    memory_mib=40537,  # ref §3.2
+    compute_slices=7,
+    memory_slices=8,
+    pci_device_id="0x20B010DE",
+    profiles=(
+        _p(19, "1g.5gb", 1, 4.75, 7, _P7_1, (14, 0, 0, 1, 0, 0)),
+        _p(20, "1g.5gb+me", 1, 4.75, 1, _P7_1, (14, 1, 0, 1, 1, 1), since=470),
+        _p(15, "1g.10gb", 2, 9.62, 4, _P7_1X2, (14, 1, 0, 1, 0, 0), since=525, unconfirmed=_GUIDE),
+        _p(14, "2g.10gb", 2, 9.62, 3, _P7_2, (28, 1, 0, 2, 0, 0), unconfirmed="GiB (R525+)"),
+        _p(9, "3g.20gb", 4, 19.50, 2, _P7_3, (42, 2, 0, 3, 0, 0), unconfirmed="GiB; " + _GUIDE),
+        _p(5, "4g.20gb", 4, 19.50, 1, _P7_4, (56, 2, 0, 4, 0, 0), unconfirmed="GiB; " + _GUIDE),
+        _p(0, "7g.40gb", 8, 39.25, 1, _P7_7, (98, 5, 0, 7, 1, 1), unconfirmed="GiB (R525+)"),
+    ),
+)
+
+A100_80GB: Final = GpuModel(
+    key="A100-SXM4-80GB",
+    nvml_name="NVIDIA A100-SXM4-80GB",
+    arch="ampere",
+    memory_mib=81920,
+    compute_slices=7,
+    memory_slices=8,
+    pci_device_id="0x20B210DE",
+    unconfirmed="memory.total (81920 MiB) is not in the reference",
+    profiles=(
+        _p(19, "1g.10gb", 1, 9.50, 7, _P7_1, (14, 0, 0, 1, 0, 0)),
+        _p(20, "1g.10gb+me", 1, 9.50, 1, _P7_1, (14, 1, 0, 1, 1, 1), since=470),
+        _p(15, "1g.20gb", 2, 19.50, 4, _P7_1X2, (14, 1, 0, 1, 0, 0), unconfirmed=_GUIDE),
+        _p(14, "2g.20gb", 2, 19.50, 3, _P7_2, (28, 2, 0, 2, 0, 0), unconfirmed=_GUIDE),
+        _p(9, "3g.40gb", 4, 39.25, 2, _P7_3, (42, 3, 0, 3, 0, 0), unconfirmed=_GUIDE),
+        _p(5, "4g.40gb", 4, 39.25, 1, _P7_4, (56, 4, 0, 4, 0, 0), unconfirmed=_GUIDE),
+        _p(0, "7g.80gb", 8, 79.00, 1, _P7_7, (98, 5, 0, 7, 1, 1), unconfirmed=_GUIDE),
+    ),
+)
+
+H100_80GB: Final = GpuModel(
+    key="H100 80GB HBM3",
+    nvml_name="NVIDIA H100 80GB HBM3",
+    arch="hopper",
+    memory_mib=81559,  # ref §3.2
+    compute_slices=7,
+    memory_slices=8,
+    pci_device_id="0x233010DE",
+    profiles=(
+        _p(19, "1g.10gb", 1, 9.75, 7, _P7_1, (16, 1, 0, 1, 1, 0)),
+        _p(20, "1g.10gb+me", 1, 9.75, 1, _P7_1, (16, 1, 0, 1, 1, 1)),
+        _p(15, "1g.20gb", 2, 19.62, 4, _P7_1X2, (26, 1, 0, 1, 1, 0)),
+        _p(14, "2g.20gb", 2, 19.62, 3, _P7_2, (32, 2, 0, 2, 2, 0)),
+        _p(9, "3g.40gb", 4, 39.50, 2, _P7_3, (60, 3, 0, 3, 3, 0)),
+        _p(5, "4g.40gb", 4, 39.50, 1, _P7_4, (64, 4, 0, 4, 4, 0)),
+        _p(0, "7g.80gb", 8, 79.25, 1, _P7_7, (132, 7, 0, 8, 7, 1)),
+    ),
+)
+
+_H200_EST = "UNCONFIRMED: profile ID (ref §3.9) and GiB (estimate, kept low); SM from public notes"
+
+H200: Final = GpuModel(
+    key="H200",
+    nvml_name="NVIDIA H200",
+    arch="hopper",
+    memory_mib=143771,
+    compute_slices=7,
+    memory_slices=8,
+    pci_device_id="0x233510DE",
+    unconfirmed="memory.total (143771 MiB) is not in the reference",
+    profiles=(
+        _p(19, "1g.18gb", 1, 16.00, 7, _P7_1, (16, 1, 0, 1, 1, 0)),
+        _p(20, "1g.18gb+me", 1, 16.00, 1, _P7_1, (16, 1, 0, 1, 1, 1)),
+        _p(15, "1g.35gb", 2, 32.50, 4, _P7_1X2, (26, 1, 0, 1, 1, 0), unconfirmed=_H200_EST),
+        _p(14, "2g.35gb", 2, 32.50, 3, _P7_2, (32, 2, 0, 2, 2, 0)),
+        _p(9, "3g.71gb", 4, 65.25, 2, _P7_3, (60, 3, 0, 3, 3, 0), unconfirmed=_H200_EST),
+        _p(5, "4g.71gb", 4, 65.25, 1, _P7_4, (64, 4, 0, 4, 4, 0), unconfirmed=_H200_EST),
+        _p(0, "7g.141gb", 8, 140.00, 1, _P7_7, (132, 7, 0, 8, 7, 1)),
+    ),
+)
+
+A30: Final = GpuModel(
+    key="A30",
+    nvml_name="NVIDIA A30",
+    arch="ampere",
+    memory_mib=24576,
+    compute_slices=4,
+    memory_slices=4,
+    pci_device_id="0x20B710DE",
+    unconfirmed="memory.total, GiB and engine columns: public -lgip copies, not the reference",
+    profiles=(
+        _p(14, "1g.6gb", 1, 5.81, 4, (0, 1, 2, 3), (14, 1, 0, 1, 0, 0)),
+        _p(21, "1g.6gb+me", 1, 5.81, 1, (0, 1, 2, 3), (14, 1, 0, 1, 1, 1), since=470),
+        _p(5, "2g.12gb", 2, 11.69, 2, (0, 2), (28, 2, 0, 2, 0, 0)),
+        _p(
+            6,
+            "2g.12gb+me",
+            2,
+            11.69,
+            1,
+            (0, 2),
+            (28, 2, 0, 2, 1, 1),
+            since=525,
+            unconfirmed="UNCONFIRMED: ID 6 and placements (ref §3.9: 'ID not seen')",
+        ),
+        _p(0, "4g.24gb", 4, 23.44, 1, (0,), (56, 4, 0, 4, 1, 1)),
+    ),
+)
+
+RTX_4090: Final = GpuModel(
+    key="RTX 4090",
+    nvml_name="NVIDIA GeForce RTX 4090",
+    arch="ada",
+    memory_mib=24564,
+    unconfirmed="not MIG-capable; listed so the agent and the fake know it",
+)
+
+GPU_MODELS: Final[dict[str, GpuModel]] = {
+    m.key: m for m in (A30, A100_40GB, A100_80GB, H100_80GB, H200, RTX_4090)
+}
+MIG_MODELS: Final[dict[str, GpuModel]] = {k: m for k, m in GPU_MODELS.items() if m.mig_capable}
+
+
+def model_for_name(name: str) -> GpuModel | None:
+    """The model whose NVML name is exactly `name` (`--query-gpu=name`), if known.
+
+    Exact match on purpose: `H200` is a substring of `NVIDIA H200 NVL`, a different geometry.
+    """
+    for model in GPU_MODELS.values():
+        if model.nvml_name == name or model.key == name:
+            return model
+    return None
+
+
+def gi_heap_id(memory_slices: int, size: int, start: int) -> int:
+    """The GPU-instance ID the driver gives an instance of `size` memory slices at `start`.
+
+    Observed IDs fit a binary tree over the memory slices: ref §3.5 (`-cgi 9,3g.20gb` gave IDs 2
+    then 1; seven 1g on A100 got 13,11,12,7,8,9,10) and MIG user guide listings (1g@s -> 7+s,
+    2g@4 -> 5, 4g@0 -> 1, an H100 2g@0 -> 3 and 3g@4 -> 2). Used by the fake only; the agent
+    reads IDs back instead of predicting them.
+    """
+    return memory_slices // size - 1 + start // size

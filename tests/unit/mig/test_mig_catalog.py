@@ -1,0 +1,112 @@
+"""The MIG profile table (core.mig_catalog) against mig-anchors.md §3.9, §3.4, §2.7."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpu_operator.core.mig_catalog import (
+    CI_PROFILE_BY_SLICES,
+    GPU_MODELS,
+    MIG_MODELS,
+    gi_heap_id,
+    model_for_name,
+)
+
+
+def ids(model: str) -> dict[str, int]:
+    return {p.name: p.id for p in MIG_MODELS[model].profiles}
+
+
+def test_required_models_are_present() -> None:
+    assert set(MIG_MODELS) == {"A30", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100 80GB HBM3", "H200"}
+    assert not GPU_MODELS["RTX 4090"].mig_capable
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [  # ref §3.9 table (and the A30 line under it)
+        ("A100-SXM4-40GB", {"1g.5gb": 19, "1g.5gb+me": 20, "1g.10gb": 15, "2g.10gb": 14,
+                            "3g.20gb": 9, "4g.20gb": 5, "7g.40gb": 0}),
+        ("A100-SXM4-80GB", {"1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "2g.20gb": 14,
+                            "3g.40gb": 9, "4g.40gb": 5, "7g.80gb": 0}),
+        ("H100 80GB HBM3", {"1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "2g.20gb": 14,
+                            "3g.40gb": 9, "4g.40gb": 5, "7g.80gb": 0}),
+        ("H200", {"1g.18gb": 19, "1g.18gb+me": 20, "1g.35gb": 15, "2g.35gb": 14,
+                  "3g.71gb": 9, "4g.71gb": 5, "7g.141gb": 0}),
+        ("A30", {"1g.6gb": 14, "1g.6gb+me": 21, "2g.12gb": 5, "2g.12gb+me": 6, "4g.24gb": 0}),
+    ],
+)  # fmt: skip
+def test_profile_ids_per_model(model: str, expected: dict[str, int]) -> None:
+    assert ids(model) == expected
+
+
+def test_unconfirmed_entries_are_marked() -> None:
+    h200 = MIG_MODELS["H200"]
+    for name in ("1g.35gb", "3g.71gb", "4g.71gb"):  # ref §3.9: "(ID UNCONFIRMED)"
+        p = h200.profile(name)
+        assert p is not None and "UNCONFIRMED" in p.unconfirmed
+    a30 = MIG_MODELS["A30"].profile("2g.12gb+me")
+    assert a30 is not None and "UNCONFIRMED" in a30.unconfirmed  # ref: "ID not seen"
+
+
+def test_reference_memory_and_sm_values() -> None:
+    h100 = MIG_MODELS["H100 80GB HBM3"]
+    got = {p.name: (p.memory_gib, p.sm) for p in h100.profiles if "+" not in p.name}
+    assert got == {  # ref §3.9 H100 line
+        "1g.10gb": (9.75, 16),
+        "1g.20gb": (19.62, 26),
+        "2g.20gb": (19.62, 32),
+        "3g.40gb": (39.50, 60),
+        "4g.40gb": (39.50, 64),
+        "7g.80gb": (79.25, 132),
+    }
+    assert h100.memory_mib == 81559 and MIG_MODELS["A100-SXM4-40GB"].memory_mib == 40537
+    # knownMigGeometries MiB of the plugin manifest for A100-80GB (volcano-vgpu-surface §1.3)
+    a100 = MIG_MODELS["A100-SXM4-80GB"]
+    mib = {n: a100.profile(n).memory_mib for n in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")}  # type: ignore[union-attr]
+    assert mib == {"1g.10gb": 9728, "2g.20gb": 19968, "3g.40gb": 40192, "7g.80gb": 80896}
+
+
+@pytest.mark.parametrize("key", sorted(MIG_MODELS))
+def test_geometry_is_consistent(key: str) -> None:
+    m = MIG_MODELS[key]
+    assert len({p.id for p in m.profiles}) == len(m.profiles)
+    for p in m.profiles:
+        assert p.name.startswith(f"{p.slices}g.")
+        assert all(s >= 0 and s + p.size <= m.memory_slices for s in p.placements)
+        assert p.max_count <= len(p.placements)
+        assert p.ci_profile_id == CI_PROFILE_BY_SLICES[p.slices]
+    full = max(m.profiles, key=lambda p: p.slices)
+    assert (full.slices, full.size) == (m.compute_slices, m.memory_slices)
+
+
+def test_placements_match_lgipp() -> None:
+    a100 = MIG_MODELS["A100-SXM4-40GB"]
+    got = {p.id: (p.placements, p.size) for p in a100.profiles}
+    assert got[15] == ((0, 2, 4, 6), 2) and got[9] == ((0, 4), 4) and got[0] == ((0,), 8)
+    a30 = MIG_MODELS["A30"]
+    assert {p.id: (p.placements, p.size) for p in a30.profiles if p.id != 6} == {
+        14: ((0, 1, 2, 3), 1),
+        21: ((0, 1, 2, 3), 1),
+        5: ((0, 2), 2),
+        0: ((0,), 4),
+    }
+
+
+def test_model_lookup_is_exact() -> None:
+    h200 = model_for_name("NVIDIA H200")
+    assert h200 is not None and h200.key == "H200"
+    assert model_for_name("NVIDIA H200 NVL") is None  # another geometry, not a substring match
+    assert model_for_name("A30") is MIG_MODELS["A30"]
+    assert MIG_MODELS["A30"].profile("MIG 1g.6gb") is MIG_MODELS["A30"].profile(14)
+
+
+def test_mode_change_needs_reset_only_before_hopper() -> None:
+    assert MIG_MODELS["A100-SXM4-80GB"].mode_change_needs_reset
+    assert not MIG_MODELS["H100 80GB HBM3"].mode_change_needs_reset
+
+
+def test_gpu_instance_ids_follow_the_observed_tree() -> None:
+    # ref §3.5: seven 1g on A100 got 13,11,12,7,8,9,10 (fake places them at 6,4,5,0,1,2,3)
+    assert [gi_heap_id(8, 1, s) for s in (6, 4, 5, 0, 1, 2, 3)] == [13, 11, 12, 7, 8, 9, 10]
+    assert gi_heap_id(8, 8, 0) == 0 and gi_heap_id(8, 4, 4) == 2 and gi_heap_id(4, 2, 2) == 2
