@@ -77,7 +77,7 @@ def node_gpus(node: Mapping[str, Any]) -> list[SimGpu]:
         return []
     if not product or count <= 0:
         return []
-    nvml = _PRODUCT_TO_NVML.get(product, product.replace("-", " "))
+    nvml = _PRODUCT_TO_NVML.get(product, product)  # unknown products: the label as it is
     return [
         SimGpu(i, f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{name}/gpu{i}')}", nvml, memory)
         for i in range(count)
@@ -91,6 +91,17 @@ class PluginRegistration:
     gpus: list[RegisteredGpu] = field(default_factory=list)
     mode: str = "hami-core"
     problem: str | None = None  # why the real plugin would register nothing
+
+    def metadata_patch(self) -> dict[str, Any]:
+        """Merge patch for the Node (the plugin patches its annotations every 30 s)."""
+        return {"metadata": {"annotations": dict(self.annotations)}}
+
+    def status_patch(self) -> dict[str, Any]:
+        """Merge patch for the Node's status subresource (what kubelet reports for the
+        plugin's resources once they are registered)."""
+        return {
+            "status": {"capacity": dict(self.allocatable), "allocatable": dict(self.allocatable)}
+        }
 
 
 def _flag_number(flags: Mapping[str, Any], name: str) -> float | None:

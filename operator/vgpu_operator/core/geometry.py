@@ -1,0 +1,236 @@
+"""`knownMigGeometries`: one list for the whole cluster, built by appending only.
+
+The scheduler encodes a MIG pick as `<GPU-UUID>[<group>-<position>]` and the device plugin looks
+the group up in its own copy (reference §1.3), so a model already in the list must keep its
+group names and order forever: `build_known_geometries` takes the existing list (from the
+current ConfigMap) and only ever appends entries for GPU models no entry covers yet. Matching is
+the components' own: a model string is a substring of the device type `NVIDIA-<NVML name>`.
+
+Sources of appended entries, in order: the operator config's catalog, the built-in defaults
+(A30, A100 40/80 GB, H100 80 GB, H200; memory values of the current plugin manifest where it has
+the model, else of `core.mig_catalog`), and entries built from the profiles a node agent reports
+(`vgpu.volcano.sh/inventory`). When the agent reports a model's profiles, the appended entry's
+memory values are the reported ones (the hardware's own numbers).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from vgpu_operator.core import mig_catalog
+from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.inventory import Inventory
+from vgpu_operator.models.volcano import (
+    MigGeometryEntry,
+    MigGeometryGroup,
+    MigTemplate,
+    device_type,
+    first_match,
+)
+
+BASE_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb$")  # no +me/-me/+gfx, no CI-only "1c.3g.20gb"
+
+
+@dataclass(frozen=True)
+class ReportedProfile:
+    name: str
+    memory_mib: int
+    max_count: int
+
+
+@dataclass(frozen=True)
+class ReportedGpuModel:
+    """What an agent reports for one GPU model: its NVML name and its GPU-instance profiles."""
+
+    nvml_name: str
+    profiles: tuple[ReportedProfile, ...] = ()
+
+
+def reported_from_inventory(inventory: Inventory) -> list[ReportedGpuModel]:
+    """One entry per distinct NVML name of the node's MIG-capable GPUs."""
+    out: dict[str, ReportedGpuModel] = {}
+    for gpu in inventory.gpus:
+        if not gpu.mig_capable or gpu.name in out:
+            continue
+        out[gpu.name] = ReportedGpuModel(
+            nvml_name=gpu.name,
+            profiles=tuple(ReportedProfile(p.name, p.memory_mib, p.count) for p in gpu.profiles),
+        )
+    return list(out.values())
+
+
+def _entry(models: list[str], groups: list[list[tuple[str, int, int]]]) -> MigGeometryEntry:
+    return MigGeometryEntry(
+        models=models,
+        allowedGeometries=[
+            MigGeometryGroup(
+                group=f"group{i}",
+                geometries=[MigTemplate(name=n, memory=m, count=c) for n, m, c in group],
+            )
+            for i, group in enumerate(groups, start=1)
+        ],
+    )
+
+
+def _from_catalog(
+    models: list[str], gpu: mig_catalog.GpuModel, small: str, mid: str, half: str, full: str
+) -> MigGeometryEntry:
+    """The manifest's four-group shape: 7 x 1g; 3 x 2g + 1 x 1g; 2 x 3g; 1 x 7g."""
+
+    def mib(name: str) -> int:
+        profile = gpu.profile(name)
+        if profile is None:  # pragma: no cover - a wrong table entry is a programming error
+            raise KeyError(f"{gpu.nvml_name} has no profile {name}")
+        return profile.memory_mib
+
+    return _entry(
+        models,
+        [
+            [(small, mib(small), 7)],
+            [(mid, mib(mid), 3), (small, mib(small), 1)],
+            [(half, mib(half), 2)],
+            [(full, mib(full), 1)],
+        ],
+    )
+
+
+# Model strings are substrings of real NVML names only (the manifest's "A100-40GB-PCIe",
+# "A100-80GB-PCIe" and "A100-PCIE-80GB" match no real device and are left out).
+BUILTIN_GEOMETRIES: tuple[MigGeometryEntry, ...] = (
+    _entry(  # plugin manifest values
+        ["A30"],
+        [[("1g.6gb", 6144, 4)], [("2g.12gb", 12288, 2)], [("4g.24gb", 24576, 1)]],
+    ),
+    _entry(  # plugin manifest values
+        ["A100-SXM4-40GB", "A100-PCIE-40GB"],
+        [
+            [("1g.5gb", 5120, 7)],
+            [("2g.10gb", 10240, 3), ("1g.5gb", 5120, 1)],
+            [("3g.20gb", 20480, 2)],
+            [("7g.40gb", 40960, 1)],
+        ],
+    ),
+    _entry(  # plugin manifest (HEAD/v1.12.0) values
+        ["A100-SXM4-80GB", "A100 80GB PCIe"],
+        [
+            [("1g.10gb", 9728, 7)],
+            [("2g.20gb", 19968, 3), ("1g.10gb", 9728, 1)],
+            [("3g.40gb", 40192, 2)],
+            [("7g.80gb", 80896, 1)],
+        ],
+    ),
+    _from_catalog(
+        ["H100 80GB HBM3", "H100 PCIe"],
+        mig_catalog.H100_80GB,
+        "1g.10gb",
+        "2g.20gb",
+        "3g.40gb",
+        "7g.80gb",
+    ),
+    # "NVIDIA H200" matches "NVIDIA H200" and "NVIDIA H200 NVL" but not "NVIDIA GH200 ...".
+    _from_catalog(["NVIDIA H200"], mig_catalog.H200, "1g.18gb", "2g.35gb", "3g.71gb", "7g.141gb"),
+)
+
+
+def catalog_for(config: OperatorConfig) -> list[MigGeometryEntry]:
+    """The operator config's catalog, then (unless switched off) the built-in defaults."""
+    entries = list(config.mig_geometries.catalog)
+    if config.mig_geometries.builtins:
+        entries.extend(BUILTIN_GEOMETRIES)
+    return entries
+
+
+@dataclass(frozen=True)
+class GeometryPlan:
+    entries: list[MigGeometryEntry]  # the existing list followed by what was appended
+    appended: list[MigGeometryEntry] = field(default_factory=list)
+    uncovered: list[str] = field(default_factory=list)  # NVML names nothing covers
+    appended_models: list[str] = field(default_factory=list)  # NVML names the appends cover
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.appended)
+
+
+def _with_reported_memory(
+    entry: MigGeometryEntry, reported: ReportedGpuModel | None
+) -> MigGeometryEntry:
+    if reported is None or not reported.profiles:
+        return entry
+    memory = {p.name: p.memory_mib for p in reported.profiles if p.memory_mib > 0}
+    return entry.model_copy(
+        update={
+            "allowed_geometries": [
+                g.model_copy(
+                    update={
+                        "geometries": [
+                            t.model_copy(update={"memory": memory.get(t.name, t.memory)})
+                            for t in g.geometries
+                        ]
+                    }
+                )
+                for g in entry.allowed_geometries
+            ]
+        }
+    )
+
+
+def _synthesized(reported: ReportedGpuModel) -> MigGeometryEntry | None:
+    """One group per base profile, smallest first, each with the profile's maximum count."""
+    base = sorted(
+        (p for p in reported.profiles if BASE_PROFILE.match(p.name) and p.max_count > 0),
+        key=lambda p: (p.memory_mib, p.name),
+    )
+    if not base:
+        return None
+    return _entry([reported.nvml_name], [[(p.name, p.memory_mib, p.max_count)] for p in base])
+
+
+def build_known_geometries(
+    existing: Sequence[MigGeometryEntry],
+    required: Iterable[str],
+    catalog: Sequence[MigGeometryEntry],
+    reported: Sequence[ReportedGpuModel] = (),
+    *,
+    from_inventory: bool = True,
+) -> GeometryPlan:
+    """Cover every NVML name in `required` (the GPU models of MIG-mode nodes) by appending to
+    `existing`; entries already there are returned unchanged and in place."""
+    existing = list(existing)
+    names = sorted(set(required))
+    entries = list(existing)
+    appended: list[MigGeometryEntry] = []
+    uncovered: list[str] = []
+    by_name = {r.nvml_name: r for r in reported} if from_inventory else {}
+    for name in names:
+        if first_match(entries, name) is not None:
+            continue
+        dtype = device_type(name)
+        candidate = next((c for c in catalog if c.matches(dtype)), None)
+        new: MigGeometryEntry | None
+        if candidate is not None:
+            taken = {m for e in entries for m in e.models}
+            models = [m for m in dict.fromkeys(candidate.models) if m not in taken]
+            new = _with_reported_memory(
+                candidate.model_copy(update={"models": models}), by_name.get(name)
+            )
+        elif name in by_name:
+            new = _synthesized(by_name[name])
+        else:
+            new = None
+        if new is None or not new.matches(dtype):
+            uncovered.append(name)
+            continue
+        entries.append(new)
+        appended.append(new)
+    added_for = [n for n in names if n not in uncovered and first_match(existing, n) is None]
+    return GeometryPlan(
+        entries=entries, appended=appended, uncovered=uncovered, appended_models=added_for
+    )
+
+
+def uncovered_models(entries: Sequence[MigGeometryEntry], names: Iterable[str]) -> list[str]:
+    """NVML names no entry matches (the scheduler falls back to hami-core for them, §9)."""
+    return sorted({n for n in names if first_match(list(entries), n) is None})

@@ -1,0 +1,42 @@
+"""Consistency rules: pure functions over a `ClusterSnapshot`, each returning `Finding`s.
+
+Importing this package registers every rule (one module per theme); `run_rules` runs them.
+"""
+
+from __future__ import annotations
+
+# The import order is the order of the rules in reports: scheduler conf, ConfigMaps, plugin,
+# versions, nodes, pods, then legacy and Ascend MindCluster.
+# isort: off
+from vgpu_operator.core.rules import scheduler  # noqa: F401
+from vgpu_operator.core.rules import configmaps  # noqa: F401
+from vgpu_operator.core.rules import plugin  # noqa: F401
+from vgpu_operator.core.rules import versions  # noqa: F401
+from vgpu_operator.core.rules import nodes  # noqa: F401
+from vgpu_operator.core.rules import pods  # noqa: F401
+from vgpu_operator.core.rules import legacy_ascend  # noqa: F401
+
+# isort: on
+from vgpu_operator.core.rules.base import (
+    RULES,
+    Finding,
+    ObjectRef,
+    Rule,
+    RuleResults,
+    Severity,
+    rule,
+    run_rules,
+)
+from vgpu_operator.core.rules.snapshot import ClusterSnapshot
+
+__all__ = [
+    "RULES",
+    "ClusterSnapshot",
+    "Finding",
+    "ObjectRef",
+    "Rule",
+    "RuleResults",
+    "Severity",
+    "rule",
+    "run_rules",
+]

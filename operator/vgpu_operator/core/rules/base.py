@@ -1,0 +1,125 @@
+"""Findings and the rule registry: a rule is one function `ClusterSnapshot -> list[Finding]`
+registered with `@rule(id, title)`; adding a rule is adding one such function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from vgpu_operator.core.rules.snapshot import ClusterSnapshot, meta
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+
+class ObjectRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    name: str
+    namespace: str | None = None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} {self.namespace}/{self.name}"
+            if self.namespace
+            else (f"{self.kind} {self.name}")
+        )
+
+    @classmethod
+    def of(cls, kind: str, obj: Mapping[str, Any]) -> ObjectRef:
+        m = meta(obj)
+        return cls(kind=kind, name=str(m.get("name", "")), namespace=m.get("namespace"))
+
+
+class Finding(BaseModel):
+    """One problem: `id` is the rule's id; `fixable_by_operator` says whether `enforce` mode
+    fixes it (it owns the object) or only reports it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    severity: Severity
+    objects: tuple[ObjectRef, ...]
+    message: str
+    fix: str
+    fixable_by_operator: bool = False
+
+
+Check = Callable[[ClusterSnapshot], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    check: Check
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(rule_id: str, title: str) -> Callable[[Check], Check]:
+    """Register a rule. Ids are stable: they appear in events, metrics and `doctor` output."""
+
+    def register(check: Check) -> Check:
+        if rule_id in RULES:
+            raise ValueError(f"rule {rule_id!r} registered twice")
+        RULES[rule_id] = Rule(rule_id, title, check)
+        return check
+
+    return register
+
+
+def cm_ref(namespace: str, name: str) -> ObjectRef:
+    return ObjectRef(kind="ConfigMap", name=name, namespace=namespace)
+
+
+@dataclass(frozen=True)
+class RuleResults:
+    rules: list[Rule]
+    findings: list[Finding] = field(default_factory=list)
+
+    def for_rule(self, rule_id: str) -> list[Finding]:
+        return [f for f in self.findings if f.id == rule_id]
+
+    def status(self, rule_id: str) -> str:
+        found = self.for_rule(rule_id)
+        if not found:
+            return "ok"
+        return min((f.severity for f in found), key=lambda s: SEVERITY_ORDER[s])
+
+    @property
+    def worst(self) -> str:
+        if not self.findings:
+            return "ok"
+        return min((f.severity for f in self.findings), key=lambda s: SEVERITY_ORDER[s])
+
+
+def run_rules(snapshot: ClusterSnapshot, only: Iterable[str] | None = None) -> RuleResults:
+    """Run every registered rule (or those named). A rule that trips over malformed cluster
+    data reports that as an error finding instead of hiding the other rules' results."""
+    wanted = set(only) if only is not None else None
+    ran: list[Rule] = []
+    findings: list[Finding] = []
+    for r in RULES.values():
+        if wanted is not None and r.id not in wanted:
+            continue
+        ran.append(r)
+        try:
+            findings.extend(r.check(snapshot))
+        except Exception as exc:
+            findings.append(
+                Finding(
+                    id=r.id,
+                    severity="error",
+                    objects=(),
+                    message=f"the rule could not be evaluated: {type(exc).__name__}: {exc}",
+                    fix="report this as a bug in vgpu-operator, with the objects involved",
+                )
+            )
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.id, [str(o) for o in f.objects]))
+    return RuleResults(rules=ran, findings=findings)

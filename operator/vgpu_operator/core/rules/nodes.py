@@ -1,0 +1,190 @@
+"""Rules on the nodes: what the device plugin registered (reference §3.4), MIG geometry coverage
+(§1.3, §9, vvdp #102) and the memory entry count (§3.3, vvdp #18/#56)."""
+
+from __future__ import annotations
+
+import math
+
+from vgpu_operator import contract
+from vgpu_operator.core.geometry import build_known_geometries, catalog_for
+from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.plugin import plugin_factor
+from vgpu_operator.core.rules.snapshot import ClusterSnapshot, Obj, labels_of, name_of
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION, first_match
+
+MAX_MEMORY_ENTRIES = 60000
+
+
+def _node(node: Obj) -> ObjectRef:
+    return ObjectRef(kind="Node", name=name_of(node))
+
+
+@rule("node-registration", "each vGPU node is registered by the plugin in its configured mode")
+def check_registration(s: ClusterSnapshot) -> list[Finding]:
+    out: list[Finding] = []
+    can_restart = s.config.restarts.allowed
+    for node in s.vgpu_nodes:
+        name = name_of(node)
+        records = s.registered(node)
+        if records is None:
+            out.append(
+                Finding(
+                    id="node-registration",
+                    severity="error",
+                    objects=(_node(node),),
+                    message=f"{name} has no {REGISTER_ANNOTATION}: the device plugin has not "
+                    "registered its GPUs, so the scheduler gives it no vGPU device",
+                    fix="check that a device plugin pod runs on the node (see plugin-placement) "
+                    "and its log",
+                )
+            )
+            continue
+        if not records:
+            out.append(
+                Finding(
+                    id="node-registration",
+                    severity="error",
+                    objects=(_node(node),),
+                    message=f"{name}: {REGISTER_ANNOTATION} cannot be read",
+                    fix="restart the node's device plugin pod",
+                )
+            )
+            continue
+        if any(r.mode is None for r in records):
+            out.append(
+                Finding(
+                    id="node-registration",
+                    severity="error",
+                    objects=(_node(node),),
+                    message=f"{name}: register records have no mode field (plugin before "
+                    "v1.10); Volcano v1.12+ rejects them",
+                    fix="upgrade the device plugin",
+                )
+            )
+            continue
+        want = s.node_config.effective_for(name).mode
+        modes = sorted({r.mode or "" for r in records})
+        if modes != [want]:
+            out.append(
+                Finding(
+                    id="node-registration",
+                    severity="error",
+                    objects=(_node(node),),
+                    message=f"{name} is registered in mode {', '.join(modes)} but its "
+                    f"node-config entry says {want}: the plugin pod read config.json before the "
+                    "entry changed (pods pinned to the other mode are rejected there)",
+                    fix=f"restart the device plugin pod on {name}",
+                    fixable_by_operator=can_restart,
+                )
+            )
+    return out
+
+
+@rule("mig-geometry-coverage", "knownMigGeometries covers every GPU model on MIG nodes")
+def check_mig_coverage(s: ClusterSnapshot) -> list[Finding]:
+    src = s.scheduler_device_config
+    geometries = s.scheduler_nvidia.geometries()
+    fallback = src.parsed is None
+    where = "the built-in defaults" if fallback else f"{src.namespace}/{src.name}"
+    ref = s.config.device_config
+    ours = s.device_source(ref.namespace, ref.name)
+    # what the operator's device config holds (or will hold once rendered)
+    ours_plan = build_known_geometries(
+        ours.nvidia.geometries() if ours.nvidia else [],
+        s.mig_gpu_names,
+        catalog_for(s.config),
+        s.reported_models,
+        from_inventory=s.config.mig_geometries.from_inventory,
+    )
+    coverable = {n for n in s.mig_gpu_names if first_match(ours_plan.entries, n) is not None}
+    reads_ours = not fallback and (src.namespace, src.name) == ref.ref()
+
+    out: list[Finding] = []
+    for node in s.mig_nodes:
+        names, source = s.gpu_names(node)
+        if not names:
+            out.append(
+                Finding(
+                    id="mig-geometry-coverage",
+                    severity="warning",
+                    objects=(_node(node),),
+                    message=f"{name_of(node)} is a MIG node but its GPU model is unknown (no "
+                    "register records, inventory or GFD label)",
+                    fix="let the agent report the inventory, or check the device plugin",
+                )
+            )
+            continue
+        for nvml in names:
+            if first_match(geometries, nvml) is not None:
+                continue
+            approx = (
+                f" (model taken from the GFD label {labels_of(node).get(contract.GFD_PRODUCT)!r}; "
+                "the real NVML name may differ)"
+                if source == "label"
+                else ""
+            )
+            fixable = nvml in coverable and s.scheduler_conf is not None
+            if fixable and reads_ours:
+                fix = "the operator appends the entry"
+            elif fixable:
+                fix = (
+                    f"point the scheduler at {ref.namespace}/{ref.name}, which covers the model "
+                    "(see device-config-location)"
+                )
+            else:
+                fix = (
+                    f"add an entry whose models include a substring of {nvml!r} to "
+                    "migGeometries.catalog in the operator config"
+                )
+            out.append(
+                Finding(
+                    id="mig-geometry-coverage",
+                    severity="error",
+                    objects=(
+                        _node(node),
+                        ObjectRef(kind="ConfigMap", name=src.name, namespace=src.namespace),
+                    ),
+                    message=f"no knownMigGeometries model in {where} matches 'NVIDIA-{nvml}' "
+                    f"on {name_of(node)}{approx}: the scheduler treats the node as hami-core "
+                    "('mig type not found', vvdp #102) while its plugin runs MIG",
+                    fix=fix,
+                    fixable_by_operator=fixable,
+                )
+            )
+    return out
+
+
+@rule("gpu-memory-factor", "no node registers more than 60,000 memory entries")
+def check_memory_factor(s: ClusterSnapshot) -> list[Finding]:
+    factor = plugin_factor(s)
+    out: list[Finding] = []
+    for node in s.vgpu_nodes:
+        records = s.registered(node)
+        if records:
+            entries = sum(r.memory for r in records)
+            total_mib = entries * factor
+        else:
+            lab = labels_of(node)
+            try:
+                total_mib = int(lab.get(contract.GFD_COUNT, "0")) * int(
+                    lab.get(contract.GFD_MEMORY, "0")
+                )
+            except ValueError:
+                continue
+            entries = total_mib // factor
+        if entries <= MAX_MEMORY_ENTRIES:
+            continue
+        need = math.ceil(total_mib / MAX_MEMORY_ENTRIES)
+        out.append(
+            Finding(
+                id="gpu-memory-factor",
+                severity="warning",
+                objects=(_node(node),),
+                message=f"{name_of(node)} registers {entries} memory entries with "
+                f"gpuMemoryFactor {factor} (the plugin warns above {MAX_MEMORY_ENTRIES}; users "
+                "then see volcano.sh/vgpu-memory: 0)",
+                fix=f"set gpuMemoryFactor to at least {need} in the operator config (memory "
+                f"requests are then in units of {need} MiB)",
+            )
+        )
+    return out

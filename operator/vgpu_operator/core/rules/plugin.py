@@ -1,0 +1,369 @@
+"""Rules on the device plugin DaemonSets: flags by version (reference §1.2, §3.1, §3.3, seed 002
+§3.3), placement on managed nodes, the node-config mount, and competing NVIDIA plugins."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vgpu_operator.core.render.plugin_args import desired_flags
+from vgpu_operator.core.rules import facts
+from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.placement import selector_problem, taint_text, untolerated
+from vgpu_operator.core.rules.snapshot import (
+    ClusterSnapshot,
+    Obj,
+    annotations_of,
+    labels_of,
+    meta,
+    name_of,
+    pod_done,
+)
+from vgpu_operator.models.node import Owned
+from vgpu_operator.models.volcano import VOLCANO_PREFIX
+from vgpu_operator.models.volcano_views import Version
+
+DEFAULT_FLAG_NAMES = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
+NUMERIC_FLAGS = {
+    "device-split-count": "deviceSplitCount",
+    "device-cores-scaling": "deviceCoreScaling",
+    "gpu-memory-factor": "gpuMemoryFactor",
+}
+FLAG_DEFAULTS = {"device-split-count": 2.0, "device-cores-scaling": 1.0, "gpu-memory-factor": 1.0}
+
+
+@dataclass(frozen=True)
+class PluginNames:
+    count: str
+    memory: str
+    cores: str
+    source: str  # "flags" or "ConfigMap ns/name"
+
+
+def registered_name(name: str, version: Version | None) -> str:
+    """The kubelet resource name a plugin registers for a configured name (§3.3)."""
+    prefixes = version is None or facts.plugin_prefixes_names(version)
+    if prefixes and name and not name.startswith(VOLCANO_PREFIX):
+        return VOLCANO_PREFIX + name
+    return name
+
+
+def plugin_names(s: ClusterSnapshot) -> PluginNames | None:
+    """The kubelet resource names the vGPU plugin registers, or None without a plugin."""
+    c = s.plugin_container
+    if c is None:
+        return None
+    v = c.version
+    if v is not None and facts.plugin_takes_name_flags(v):
+        flags = c.flags
+        values: list[str] = [
+            flags[f].value or default if f in flags else default
+            for f, default in zip(
+                ("resource-name", "resource-memory-name", "resource-core-name"),
+                DEFAULT_FLAG_NAMES,
+                strict=True,
+            )
+        ]
+        return PluginNames(values[0], values[1], values[2], "flags")
+    src = s.plugin_device_config
+    n = src.nvidia
+    if n is None:
+        return None
+    return PluginNames(
+        registered_name(n.resource_count_name or "", v),
+        registered_name(n.resource_memory_name or "", v),
+        registered_name(n.resource_core_name or "", v),
+        f"ConfigMap {src.namespace}/{src.name}",
+    )
+
+
+def plugin_factor(s: ClusterSnapshot) -> int:
+    """The gpuMemoryFactor the plugin applies (flag, else its ConfigMap; 0/absent counts as 1)."""
+    c = s.plugin_container
+    flag = c.flags.get("gpu-memory-factor") if c else None
+    if flag is not None and flag.value and flag.value.isdigit():
+        return max(1, int(flag.value))
+    if c is not None and c.version is not None and facts.plugin_flags_always_override(c.version):
+        return 1
+    n = s.plugin_device_config.nvidia
+    return max(1, n.gpu_memory_factor or 1) if n else 1
+
+
+def _ds_ref(s: ClusterSnapshot) -> ObjectRef:
+    ref = s.config.device_plugin
+    return ObjectRef(kind="DaemonSet", name=ref.name, namespace=ref.namespace)
+
+
+@rule("plugin-resource-name-flags", "plugin ≤ v1.11 registers the names the scheduler counts")
+def check_name_flags(s: ClusterSnapshot) -> list[Finding]:
+    c = s.plugin_container
+    if c is None or c.version is None or not facts.plugin_takes_name_flags(c.version):
+        return []
+    names = plugin_names(s)
+    assert names is not None
+    sched = s.scheduler_nvidia
+    src = s.scheduler_device_config
+    pairs = [("--resource-name", names.count, sched.resource_count_name or "", "resourceCountName")]
+    if c.version >= Version(1, 9, 4):
+        pairs.append(
+            (
+                "--resource-memory-name",
+                names.memory,
+                sched.resource_memory_name or "",
+                "resourceMemoryName",
+            )
+        )
+        pairs.append(
+            (
+                "--resource-core-name",
+                names.cores,
+                sched.resource_core_name or "",
+                "resourceCoreName",
+            )
+        )
+    wanted = desired_flags(c.version, s.config)
+    out = []
+    for flag, plugin_value, sched_value, key in pairs:
+        if plugin_value == sched_value:
+            continue
+        given = flag.lstrip("-") in c.flags
+        out.append(
+            Finding(
+                id="plugin-resource-name-flags",
+                severity="error",
+                objects=(_ds_ref(s),),
+                message=f"plugin {c.version} registers {plugin_value} "
+                f"({flag} {'given' if given else 'not given: its default'}), but the scheduler "
+                f"counts {sched_value or '(nothing)'} (from {src.namespace}/{src.name}"
+                f"{'' if src.parsed else ', built-in default'}): pods requesting either are "
+                "bound without device annotations and fail with UnexpectedAdmissionError "
+                "(device request not found)",
+                fix=f"make them agree (seed 002 §5.1: three places): pass "
+                f"{flag}={wanted[flag.lstrip('-')]} and keep {key} of the scheduler's ConfigMap "
+                f"the same, or, if {plugin_value} is intended, point the scheduler at a "
+                f"ConfigMap whose {key} is {plugin_value}",
+                fixable_by_operator=True,
+            )
+        )
+    return out
+
+
+@rule("plugin-config-flags-override", "no plugin flag silently overrides the ConfigMap")
+def check_flag_override(s: ClusterSnapshot) -> list[Finding]:
+    c = s.plugin_container
+    n = s.plugin_device_config.nvidia
+    if c is None or n is None:
+        return []
+    always = c.version is not None and facts.plugin_flags_always_override(c.version)
+    out = []
+    for flag, key in NUMERIC_FLAGS.items():
+        cm_value = {
+            "deviceSplitCount": n.device_split_count,
+            "deviceCoreScaling": n.device_core_scaling,
+            "gpuMemoryFactor": n.gpu_memory_factor,
+        }[key]
+        given = c.flags.get(flag)
+        if given is None and not always:
+            continue
+        if (
+            given is None
+            and key == "gpuMemoryFactor"
+            and (c.version or Version(0, 0)) < Version(1, 11)
+        ):
+            continue  # no such flag before v1.11
+        try:
+            value = float(given.value) if given and given.value else FLAG_DEFAULTS[flag]
+        except ValueError:
+            continue
+        if cm_value is not None and float(cm_value) == value:
+            if given is not None and not always:
+                out.append(
+                    Finding(
+                        id="plugin-config-flags-override",
+                        severity="info",
+                        objects=(_ds_ref(s),),
+                        message=f"--{flag}={given.value} is given explicitly: later edits of "
+                        f"{key} in the ConfigMap will be ignored by the plugin",
+                        fix=f"remove --{flag} from the plugin's args",
+                    )
+                )
+            continue
+        how = "given" if given is not None else "not given, so its default applies:"
+        out.append(
+            Finding(
+                id="plugin-config-flags-override",
+                severity="warning",
+                objects=(_ds_ref(s),),
+                message=f"--{flag} is {how} {value:g}, which overrides {key}="
+                f"{cm_value if cm_value is not None else '(unset)'} of the ConfigMap on every "
+                "node without its own node-config value",
+                fix=f"set --{flag} to the ConfigMap's value"
+                if always
+                else f"remove --{flag} from the plugin's args",
+                fixable_by_operator=always,
+            )
+        )
+    return out
+
+
+@rule("plugin-resource-name-prefix", "resource names are in volcano.sh/ (plugin ≥ v1.12)")
+def check_prefix(s: ClusterSnapshot) -> list[Finding]:
+    c = s.plugin_container
+    n = s.plugin_device_config.nvidia
+    if c is None or n is None:
+        return []
+    if c.version is not None and not facts.plugin_prefixes_names(c.version):
+        return []
+    src = s.plugin_device_config
+    out = []
+    for key, name in (
+        ("resourceCountName", n.resource_count_name),
+        ("resourceMemoryName", n.resource_memory_name),
+        ("resourceCoreName", n.resource_core_name),
+    ):
+        if name and not name.startswith(VOLCANO_PREFIX):
+            assumed = "" if c.version else " (version unknown from the image tag: assumed ≥ v1.12)"
+            out.append(
+                Finding(
+                    id="plugin-resource-name-prefix",
+                    severity="error",
+                    objects=(
+                        _ds_ref(s),
+                        ObjectRef(kind="ConfigMap", name=src.name, namespace=src.namespace),
+                    ),
+                    message=f"{key} is {name}: the plugin{assumed} registers it as "
+                    f"{VOLCANO_PREFIX}{name}, not the name pods request and the scheduler counts",
+                    fix="use a volcano.sh/ name (the defaults volcano.sh/vgpu-* are safest)",
+                    fixable_by_operator=False,
+                )
+            )
+    return out
+
+
+def _owned_taints(node: Obj) -> set[str]:
+    try:
+        owned = Owned.from_annotation(annotations_of(node).get("vgpu.volcano.sh/owned"))
+    except ValueError:
+        return set()
+    return {f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for t in owned.taints}
+
+
+@rule("plugin-placement", "the device plugin DaemonSets reach every managed node")
+def check_placement(s: ClusterSnapshot) -> list[Finding]:
+    out: list[Finding] = []
+    targets = [
+        (s.config.device_plugin, s.plugin, s.vgpu_nodes, "vGPU"),
+        (s.config.ascend_device_plugin, s.ascend_plugin, s.managed(("ascend-vnpu",)), "Ascend"),
+    ]
+    for ref, view, nodes, what in targets:
+        ds = ObjectRef(kind="DaemonSet", name=ref.name, namespace=ref.namespace)
+        field = "devicePlugin" if what == "vGPU" else "ascendDevicePlugin"
+        shown = [name_of(n) for n in nodes[:5]]
+        if view is None:
+            if nodes:
+                out.append(
+                    Finding(
+                        id="plugin-placement",
+                        severity="error",
+                        objects=(ds,),
+                        message=f"the {what} device plugin DaemonSet was not found, but "
+                        f"{len(nodes)} node(s) need it ({', '.join(shown)})",
+                        fix=f"deploy it, or set {field} in the operator config to where it is",
+                    )
+                )
+            continue
+        for node in nodes:
+            node_ref = ObjectRef(kind="Node", name=name_of(node))
+            problem = selector_problem(view, node)
+            if problem:
+                out.append(
+                    Finding(
+                        id="plugin-placement",
+                        severity="error",
+                        objects=(ds, node_ref),
+                        message=f"the {what} device plugin cannot run on {name_of(node)}: "
+                        f"{problem}",
+                        fix="widen the DaemonSet's nodeSelector/affinity (or label the node "
+                        "through the policy's nodeLabels)",
+                    )
+                )
+            blocked = untolerated(view, node)
+            if blocked:
+                policy = _owned_taints(node)
+                texts = [
+                    taint_text(t) + (" (set by the policy)" if taint_text(t) in policy else "")
+                    for t in blocked
+                ]
+                out.append(
+                    Finding(
+                        id="plugin-placement",
+                        severity="error",
+                        objects=(ds, node_ref),
+                        message=f"the {what} device plugin does not tolerate "
+                        f"{', '.join(texts)} on {name_of(node)}, so it never runs there",
+                        fix="add a toleration for "
+                        + ", ".join(str(t.get("key")) for t in blocked)
+                        + " to the DaemonSet",
+                    )
+                )
+    return out
+
+
+@rule("plugin-node-config-mounted", "the node-config ConfigMap is mounted at /config")
+def check_mount(s: ClusterSnapshot) -> list[Finding]:
+    view, c = s.plugin, s.plugin_container
+    if view is None or c is None:
+        return []
+    ref = s.config.node_config
+    volumes = view.configmap_volumes()
+    for mount in c.volume_mounts:
+        if mount.get("mountPath", "").rstrip("/") == "/config":
+            cm_name = volumes.get(str(mount.get("name")))
+            if cm_name == ref.name:
+                return []
+            found = f"/config holds ConfigMap {cm_name}" if cm_name else "/config is no ConfigMap"
+            break
+    else:
+        found = "nothing is mounted at /config"
+    return [
+        Finding(
+            id="plugin-node-config-mounted",
+            severity="error",
+            objects=(_ds_ref(s),),
+            message=f"{found}: the plugin reads no /config/config.json, so every node runs "
+            "hami-core and per-node split counts and filters are ignored (MIG nodes are not "
+            "MIG to it)",
+            fix=f"mount ConfigMap {ref.name} at /config in container {c.name} (Helm: "
+            "nodeConfig.enabled=true)",
+        )
+    ]
+
+
+@rule("nvidia-device-plugin-conflict", "no NVIDIA device plugin runs on a vGPU node")
+def check_nvidia_plugin(s: ClusterSnapshot) -> list[Finding]:
+    match = s.config.nvidia_device_plugin
+    vgpu = {name_of(n) for n in s.vgpu_nodes}
+    out = []
+    for pod in s.pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in vgpu or pod_done(pod) or (s.plugin and s.plugin.selects(pod)):
+            continue
+        pod_labels = labels_of(pod)
+        images = [c.get("image", "") for c in (pod.get("spec") or {}).get("containers") or []]
+        by_label = any(
+            sel and all(pod_labels.get(k) == v for k, v in sel.items()) for sel in match.pod_labels
+        )
+        by_image = any(sub in img for img in images for sub in match.image_substrings)
+        if by_label or by_image:
+            out.append(
+                Finding(
+                    id="nvidia-device-plugin-conflict",
+                    severity="error",
+                    objects=(ObjectRef.of("Pod", pod), ObjectRef(kind="Node", name=str(node))),
+                    message=f"NVIDIA's device plugin pod {meta(pod).get('name')} runs on vGPU "
+                    f"node {node}: two plugins advertise the same GPUs (after a restart "
+                    "nvidia.com/gpu reappears with the physical count, HAMi #829)",
+                    fix="set disableNvidiaDevicePlugin: true on the node's policy (GPU "
+                    "Operator), or exclude vgpu.volcano.sh/mode nodes from that DaemonSet",
+                )
+            )
+    return out

@@ -1,0 +1,176 @@
+"""Rules that depend on the scheduler and plugin versions, read from the image tags (reference
+§3.4 and the plugin README's compatibility table)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vgpu_operator.core.rules import facts
+from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.snapshot import ClusterSnapshot, annotations_of, name_of
+from vgpu_operator.models.config import (
+    DEFAULT_CORES_NAME,
+    DEFAULT_COUNT_NAME,
+    DEFAULT_MEMORY_NAME,
+)
+from vgpu_operator.models.volcano import HANDSHAKE_ANNOTATION, HARDCODED_ALLOCATABLE
+
+
+def _refs(s: ClusterSnapshot) -> tuple[ObjectRef, ObjectRef]:
+    d, p = s.config.scheduler.deployment, s.config.device_plugin
+    return (
+        ObjectRef(kind="Deployment", name=d.name, namespace=d.namespace),
+        ObjectRef(kind="DaemonSet", name=p.name, namespace=p.namespace),
+    )
+
+
+@rule("version-handshake", "plugin and scheduler versions agree on node registration")
+def check_handshake(s: ClusterSnapshot) -> list[Finding]:
+    sched_ref, plugin_ref = _refs(s)
+    sc, pc = s.scheduler_container, s.plugin_container
+    out: list[Finding] = []
+    if sc is None or pc is None:
+        missing = [str(r) for r, c in ((sched_ref, sc), (plugin_ref, pc)) if c is None]
+        return [
+            Finding(
+                id="version-handshake",
+                severity="warning",
+                objects=(sched_ref, plugin_ref),
+                message=f"{' and '.join(missing)} not found: versions cannot be compared",
+                fix="point scheduler.deployment / devicePlugin in the operator config at them",
+            )
+        ]
+    sv, pv = sc.version, pc.version
+    if sv is None or pv is None:
+        unknown = [f"{c.image}" for c, v in ((sc, sv), (pc, pv)) if v is None]
+        out.append(
+            Finding(
+                id="version-handshake",
+                severity="info",
+                objects=(sched_ref, plugin_ref),
+                message=f"no version in the image tag of {', '.join(unknown)}: version checks "
+                "are skipped",
+                fix="use images tagged with their version (vX.Y.Z)",
+            )
+        )
+    if pv is not None and sv is not None:
+        if not facts.plugin_writes_handshake(pv) and facts.scheduler_requires_handshake(sv):
+            out.append(
+                Finding(
+                    id="version-handshake",
+                    severity="error",
+                    objects=(sched_ref, plugin_ref),
+                    message=f"plugin {pv} no longer writes {HANDSHAKE_ANNOTATION}, but Volcano "
+                    f"{sv} ignores every node without it: no node gets any vGPU device, and "
+                    "nothing says so",
+                    fix="upgrade Volcano to v1.14.3+/v1.15.1+ or use plugin v1.12.0",
+                )
+            )
+        elif facts.plugin_writes_handshake(pv) and not facts.scheduler_requires_handshake(sv):
+            out.append(
+                Finding(
+                    id="version-handshake",
+                    severity="info",
+                    objects=(sched_ref, plugin_ref),
+                    message=f"plugin {pv} with Volcano {sv} is outside the plugin's "
+                    "compatibility table (plugin v1.12.0 and below go with Volcano v1.15.0 and "
+                    "below); registration works through allocatable",
+                    fix="use the plugin release built for this Volcano",
+                )
+            )
+        if not facts.plugin_writes_mode(pv) and facts.scheduler_rejects_five_fields(sv):
+            out.append(
+                Finding(
+                    id="version-handshake",
+                    severity="error",
+                    objects=(sched_ref, plugin_ref),
+                    message=f"plugin {pv} writes 5-field register records; Volcano {sv} "
+                    "rejects them ('wrong Node GPU info')",
+                    fix="upgrade the plugin to v1.10.0 or later",
+                )
+            )
+    if sv is not None and facts.scheduler_requires_handshake(sv):
+        for node in s.vgpu_nodes:
+            if HANDSHAKE_ANNOTATION not in annotations_of(node):
+                out.append(
+                    Finding(
+                        id="version-handshake",
+                        severity="error",
+                        objects=(ObjectRef(kind="Node", name=name_of(node)),),
+                        message=f"Volcano {sv} ignores {name_of(node)}: it has no "
+                        f"{HANDSHAKE_ANNOTATION} (no plugin of v1.12.0 or earlier reports there)",
+                        fix="make sure a device plugin pod (≤ v1.12.0) runs on the node",
+                    )
+                )
+    return out
+
+
+def _allocatable(node: Mapping[str, Any], key: str) -> int:
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        return int(str(alloc.get(key, "0")))
+    except ValueError:
+        return 0
+
+
+@rule("scheduler-default-resource-names", "names Volcano v1.14.3+/v1.15.1+ can see")
+def check_default_names(s: ClusterSnapshot) -> list[Finding]:
+    sc = s.scheduler_container
+    sv = sc.version if sc else None
+    if sv is None or not facts.scheduler_requires_default_names(sv):
+        return []
+    sched_ref, _ = _refs(s)
+    defaults = (DEFAULT_COUNT_NAME, DEFAULT_MEMORY_NAME, DEFAULT_CORES_NAME)
+    n = s.scheduler_nvidia
+    sources = {
+        "the scheduler's ConfigMap": (
+            n.resource_count_name,
+            n.resource_memory_name,
+            n.resource_core_name,
+        ),
+        "the operator config": (
+            s.config.resource_names.count,
+            s.config.resource_names.memory,
+            s.config.resource_names.cores,
+        ),
+    }
+    out: list[Finding] = []
+    for where, names in sources.items():
+        odd = [
+            f"{got} (not {want})"
+            for got, want in zip(names, defaults, strict=True)
+            if got and got != want
+        ]
+        if odd:
+            out.append(
+                Finding(
+                    id="scheduler-default-resource-names",
+                    severity="error",
+                    objects=(sched_ref,),
+                    message=f"{where} names {', '.join(odd)}, but Volcano {sv} only sees nodes "
+                    f"whose allocatable has {', '.join(HARDCODED_ALLOCATABLE)}",
+                    fix="use the default volcano.sh/vgpu-* names"
+                    + (
+                        " in resourceNames of the operator config"
+                        if where.endswith("config")
+                        else " (the operator renders them)"
+                    ),
+                    fixable_by_operator=where.endswith("ConfigMap")
+                    and s.config.resource_names.is_default(),
+                )
+            )
+    for node in s.vgpu_nodes:
+        missing = [k for k in HARDCODED_ALLOCATABLE if _allocatable(node, k) <= 0]
+        if missing:
+            out.append(
+                Finding(
+                    id="scheduler-default-resource-names",
+                    severity="error",
+                    objects=(ObjectRef(kind="Node", name=name_of(node)),),
+                    message=f"Volcano {sv} ignores {name_of(node)}: its allocatable lacks "
+                    f"{', '.join(missing)}",
+                    fix="make sure the device plugin runs there and registers the default names",
+                )
+            )
+    return out

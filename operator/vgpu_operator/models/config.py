@@ -1,0 +1,375 @@
+"""The operator configuration: one YAML file (rendered by the Helm chart), validated strictly.
+
+Every name the Volcano scheduler, the HAMi device plugins and the operator must agree on lives
+here once: the four vGPU resource names, `gpuMemoryFactor`, where each ConfigMap, DaemonSet and
+Deployment is, whether the operator writes (`enforce`) or only reports (`report`), how often it
+may restart components, whether Ascend vNPU (HAMi mode) is in use, and the MIG geometry catalog.
+
+`load_config(text)` refuses invalid input with one line per problem, naming the field path and
+the fix (`ConfigError`); the operator does not start on it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from vgpu_operator.models.config_errors import ConfigError, ConfigIssue, validation_issues
+from vgpu_operator.models.volcano import MigGeometryEntry
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+CONFIGMAP_KEY = r"^[-._a-zA-Z0-9]+$"
+# An extended resource name: `<domain>/<name>` (kubelet rejects names without a domain).
+RESOURCE_NAME = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+DEFAULT_COUNT_NAME = "volcano.sh/vgpu-number"
+DEFAULT_MEMORY_NAME = "volcano.sh/vgpu-memory"
+DEFAULT_MEMORY_PERCENTAGE_NAME = "volcano.sh/vgpu-memory-percentage"
+DEFAULT_CORES_NAME = "volcano.sh/vgpu-cores"
+
+
+def _fix(text: str) -> dict[str, Any]:
+    """Attach the fix a person should apply when this field is invalid."""
+    return {"fix": text}
+
+
+def _invalid(subpath: str, problem: str, fix: str) -> PydanticCustomError:
+    """A cross-field error: `subpath` continues the location of the model that raises it."""
+    return PydanticCustomError(
+        "operator_config", "{problem}", {"problem": problem, "fix": fix, "subpath": subpath}
+    )
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+Namespace = Annotated[
+    str,
+    Field(
+        pattern=DNS_LABEL,
+        max_length=63,
+        json_schema_extra=_fix("use a namespace name: lower-case letters, digits and '-'"),
+    ),
+]
+ObjectName = Annotated[
+    str,
+    Field(
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+        json_schema_extra=_fix("use an object name: lower-case letters, digits, '-' and '.'"),
+    ),
+]
+DataKey = Annotated[
+    str,
+    Field(
+        pattern=CONFIGMAP_KEY,
+        max_length=253,
+        json_schema_extra=_fix("use a ConfigMap data key: letters, digits, '-', '_' and '.'"),
+    ),
+]
+ResourceName = Annotated[
+    str,
+    Field(
+        pattern=RESOURCE_NAME,
+        max_length=317,
+        json_schema_extra=_fix(
+            "use an extended resource name '<domain>/<name>', e.g. volcano.sh/vgpu-number"
+        ),
+    ),
+]
+
+
+class ConfigMapRef(_Model):
+    namespace: Namespace
+    name: ObjectName
+    key: DataKey
+
+    def ref(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+class WorkloadRef(_Model):
+    """A DaemonSet or Deployment, and (optionally) which of its containers is the one that
+    matters; unset: the container whose image or name says so, else the first."""
+
+    namespace: Namespace
+    name: ObjectName
+    container: str | None = None
+
+
+class ResourceNames(_Model):
+    count: ResourceName = DEFAULT_COUNT_NAME
+    memory: ResourceName = DEFAULT_MEMORY_NAME
+    memory_percentage: ResourceName = Field(
+        default=DEFAULT_MEMORY_PERCENTAGE_NAME, alias="memoryPercentage"
+    )
+    cores: ResourceName = DEFAULT_CORES_NAME
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ResourceNames:
+        names = [self.count, self.memory, self.memory_percentage, self.cores]
+        if len(set(names)) != len(names):
+            raise _invalid(
+                "",
+                "the four resource names must differ (count, memory, memoryPercentage, cores)",
+                "give each its own name",
+            )
+        return self
+
+    def is_default(self) -> bool:
+        return self == ResourceNames()
+
+
+class DeviceDefaults(_Model):
+    """Values of the `nvidia:` section that apply to every node without a per-node override."""
+
+    device_split_count: int = Field(
+        default=10,
+        ge=1,
+        le=128,
+        alias="deviceSplitCount",
+        json_schema_extra=_fix("use 1..128 (how many pods may share one GPU)"),
+    )
+    device_memory_scaling: float = Field(default=1.0, gt=0, le=100, alias="deviceMemoryScaling")
+    device_core_scaling: float = Field(default=1.0, gt=0, le=100, alias="deviceCoreScaling")
+    default_memory: int = Field(default=0, ge=0, alias="defaultMemory")
+    default_cores: int = Field(default=0, ge=0, le=100, alias="defaultCores")
+    default_gpu_num: int = Field(default=1, ge=0, alias="defaultGPUNum")
+    overwrite_env: bool = Field(default=False, alias="overwriteEnv")
+
+
+class SchedulerRef(_Model):
+    config_map: ConfigMapRef = Field(
+        default=ConfigMapRef(
+            namespace="volcano-system",
+            name="volcano-scheduler-configmap",
+            key="volcano-scheduler.conf",
+        ),
+        alias="configMap",
+    )
+    deployment: WorkloadRef = WorkloadRef(namespace="volcano-system", name="volcano-scheduler")
+
+
+class RestartPolicy(_Model):
+    """Whether the operator may restart the scheduler and the device plugins after a change
+    they only read at start, and at most how often (a scheduler restart can strand pods)."""
+
+    allowed: bool = True
+    min_interval_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86400,
+        alias="minIntervalSeconds",
+        json_schema_extra=_fix("use 0..86400 seconds"),
+    )
+
+
+class AscendVnpu(_Model):
+    """HAMi-mode Ascend vNPU: the scheduler reads `vnpus:` from the same ConfigMap as `nvidia:`;
+    the operator mirrors it there from `hami-scheduler-device`, the Ascend plugin's source."""
+
+    enabled: bool = False
+    scheduler_device: ConfigMapRef = Field(
+        default=ConfigMapRef(
+            namespace="kube-system", name="hami-scheduler-device", key="device-config.yaml"
+        ),
+        alias="schedulerDevice",
+    )
+
+
+MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb([+-][a-z.]+)?$")
+
+
+def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
+    """The payload model is lenient (the Go readers are); the catalog is checked strictly."""
+
+    def fail(where: str, problem: str, fix: str) -> None:
+        raise _invalid(path + where, problem, fix)
+
+    if entry.model_extra:
+        fail("", f"unknown keys {sorted(entry.model_extra)}", "use models and allowedGeometries")
+    if not entry.models or any(not m.strip() for m in entry.models):
+        fail(".models", "needs at least one non-empty model string", "add NVML name substrings")
+    if not entry.allowed_geometries:
+        fail(".allowedGeometries", "needs at least one group", "add a group of MIG profiles")
+    groups: set[str] = set()
+    for g, group in enumerate(entry.allowed_geometries):
+        where = f".allowedGeometries[{g}]"
+        if group.model_extra:
+            fail(where, f"unknown keys {sorted(group.model_extra)}", "use group and geometries")
+        if not group.group or group.group in groups:
+            fail(where + ".group", "group names must be set and unique", "name each group once")
+        groups.add(group.group)
+        if not group.geometries:
+            fail(where + ".geometries", "needs at least one profile", "add name/memory/count")
+        for t, tmpl in enumerate(group.geometries):
+            at = f"{where}.geometries[{t}]"
+            if tmpl.model_extra:
+                fail(at, f"unknown keys {sorted(tmpl.model_extra)}", "use name, memory, count")
+            if not MIG_PROFILE.match(tmpl.name):
+                fail(at + ".name", f"{tmpl.name!r} is not a MIG profile", "write e.g. 1g.10gb")
+            if tmpl.memory <= 0:
+                fail(at + ".memory", "must be > 0", "give the profile's memory in MiB")
+            if not 1 <= tmpl.count <= 7:
+                fail(at + ".count", "must be 1..7", "give how many of this profile the group has")
+
+
+class MigGeometries(_Model):
+    """The `knownMigGeometries` catalog: entries here first, then the built-in defaults (A30,
+    A100 40/80 GB, H100, H200), then entries built from the profiles node agents report."""
+
+    builtins: bool = True
+    from_inventory: bool = Field(default=True, alias="fromInventory")
+    catalog: list[MigGeometryEntry] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _catalog_valid(self) -> MigGeometries:
+        seen: dict[str, int] = {}
+        for i, entry in enumerate(self.catalog):
+            _check_catalog_entry(f"catalog[{i}]", entry)
+            for model in entry.models:
+                if model in seen:
+                    raise _invalid(
+                        f"catalog[{i}].models",
+                        f"model {model!r} is already listed in catalog[{seen[model]}]; the "
+                        "scheduler only ever uses the first match",
+                        "list each model once",
+                    )
+                seen[model] = i
+        return self
+
+
+class NvidiaDevicePluginMatch(_Model):
+    """How to recognise NVIDIA's own device plugin pods (they must not run on managed nodes)."""
+
+    pod_labels: list[dict[str, str]] = Field(
+        default_factory=lambda: [
+            {"app": "nvidia-device-plugin-daemonset"},
+            {"app.kubernetes.io/name": "nvidia-device-plugin"},
+        ],
+        alias="podLabels",
+    )
+    image_substrings: list[str] = Field(
+        default_factory=lambda: ["nvidia/k8s-device-plugin"], alias="imageSubstrings"
+    )
+
+
+class OperatorConfig(_Model):
+    resource_names: ResourceNames = Field(default_factory=ResourceNames, alias="resourceNames")
+    gpu_memory_factor: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        alias="gpuMemoryFactor",
+        json_schema_extra=_fix(
+            "use a whole number 1..1024 (MiB per registered memory unit; note it changes "
+            "the unit of every vgpu-memory request)"
+        ),
+    )
+    device_defaults: DeviceDefaults = Field(default_factory=DeviceDefaults, alias="deviceDefaults")
+    device_config: ConfigMapRef = Field(
+        default=ConfigMapRef(
+            namespace="kube-system", name="volcano-vgpu-device-config", key="device-config.yaml"
+        ),
+        alias="deviceConfig",
+    )
+    node_config: ConfigMapRef = Field(
+        default=ConfigMapRef(
+            namespace="kube-system", name="volcano-vgpu-node-config", key="config.json"
+        ),
+        alias="nodeConfig",
+    )
+    ascend_node_config: ConfigMapRef = Field(
+        default=ConfigMapRef(
+            namespace="kube-system", name="hami-device-node-config", key="node-config.yaml"
+        ),
+        alias="ascendNodeConfig",
+    )
+    device_plugin: WorkloadRef = Field(
+        default=WorkloadRef(
+            namespace="kube-system", name="volcano-device-plugin", container="volcano-device-plugin"
+        ),
+        alias="devicePlugin",
+    )
+    ascend_device_plugin: WorkloadRef = Field(
+        default=WorkloadRef(namespace="kube-system", name="hami-ascend-device-plugin"),
+        alias="ascendDevicePlugin",
+    )
+    scheduler: SchedulerRef = Field(default_factory=SchedulerRef)
+    mode: Literal["enforce", "report"] = Field(
+        default="enforce",
+        json_schema_extra=_fix(
+            "use 'enforce' (write what the operator owns) or 'report' (write nothing)"
+        ),
+    )
+    restarts: RestartPolicy = Field(default_factory=RestartPolicy)
+    ascend_vnpu: AscendVnpu = Field(default_factory=AscendVnpu, alias="ascendVnpu")
+    mig_geometries: MigGeometries = Field(default_factory=MigGeometries, alias="migGeometries")
+    nvidia_device_plugin: NvidiaDevicePluginMatch = Field(
+        default_factory=NvidiaDevicePluginMatch, alias="nvidiaDevicePlugin"
+    )
+
+    @model_validator(mode="after")
+    def _distinct_configmaps(self) -> OperatorConfig:
+        refs = {
+            "deviceConfig": self.device_config.ref(),
+            "nodeConfig": self.node_config.ref(),
+            "ascendNodeConfig": self.ascend_node_config.ref(),
+            "ascendVnpu.schedulerDevice": self.ascend_vnpu.scheduler_device.ref(),
+            "scheduler.configMap": self.scheduler.config_map.ref(),
+        }
+        seen: dict[tuple[str, str], str] = {}
+        for field, ref in refs.items():
+            if ref in seen:
+                raise _invalid(
+                    field,
+                    f"names the same ConfigMap {ref[0]}/{ref[1]} as {seen[ref]}, but each "
+                    "holds a different format",
+                    "point them at different ConfigMaps",
+                )
+            seen[ref] = field
+        return self
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def load_config(text: str) -> OperatorConfig:
+    """Parse and validate the operator configuration (YAML). Empty text: all defaults."""
+    try:
+        raw = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            [ConfigIssue("<file>", f"not valid YAML{where}: {problem}", "fix the YAML syntax")]
+        ) from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "<file>",
+                    f"the top level must be a mapping, not {type(raw).__name__}",
+                    "write the settings as 'key: value' lines",
+                )
+            ]
+        )
+    try:
+        return OperatorConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(validation_issues(exc, OperatorConfig)) from exc
+
+
+__all__ = ["ConfigError", "ConfigIssue", "OperatorConfig", "load_config"]
