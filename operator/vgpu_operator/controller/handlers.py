@@ -58,6 +58,7 @@ class ControllerState:
     options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
     api: client.ApiClient | None = None
     reconciler: Reconciler | None = None
+    events: EventPoster | None = None
     task: asyncio.Task[None] | None = None
     nodes_index: Mapping[str, Any] | None = None
     policies_index: Mapping[str, Any] | None = None
@@ -91,10 +92,11 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_settings(settings)
         state.api = state.credentials.api_client(pool_size=state.options.concurrency + 8)
+        state.events = EventPoster(state.api)
         state.reconciler = Reconciler(
             api=state.api,
             snapshot=state.snapshot,
-            post_event=EventPoster(state.api),
+            post_event=state.events,
             node_uid=lambda name: state.node_uids.get(name, ""),
             options=state.options,
         )
@@ -105,6 +107,8 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
         if state.task is not None:
             state.task.cancel()
             await asyncio.gather(state.task, return_exceptions=True)
+        if state.events is not None:
+            await state.events.drain()
         if state.api is not None:
             await state.api.close()
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -209,12 +209,17 @@ class Reconciler:
         policies: Mapping[str, PolicyEntry],
         written: Mapping[str, NodePlan],
     ) -> None:
+        problems = [p for p in cluster.plans.values() if p.problems]
+        specs, left_out = node_events([*written.values(), *problems], self._reported)
         for name, entry in policies.items():
             spec = policy_event(name, written.values())
             if spec is not None:
+                if left_out:
+                    spec = replace(
+                        spec, message=f"{spec.message} ({left_out} node Events not posted)"
+                    )
                 self.post_event(spec, _policy_ref(name, entry.uid))
-        problems = [p for p in cluster.plans.values() if p.problems]
-        for spec in node_events([*written.values(), *problems], self._reported):
+        for spec in specs:
             self.post_event(spec, _node_ref(spec.name, self.node_uid(spec.name)))
             if spec.type == "Warning":
                 self._reported.add((spec.name, spec.reason))

@@ -85,13 +85,21 @@ def policy_event(policy: str, plans: Iterable[NodePlan]) -> EventSpec | None:
     )
 
 
+# At most this many node Events per reconcile: one edit over a 5,000-node pool must not post
+# 5,000 Events. The policy's summary Event says how many were left out.
+MAX_NODE_EVENTS = 20
+
+
 def node_events(
-    plans: Iterable[NodePlan], already_reported: Collection[tuple[str, str]] = ()
-) -> list[EventSpec]:
+    plans: Iterable[NodePlan],
+    already_reported: Collection[tuple[str, str]] = (),
+    limit: int = MAX_NODE_EVENTS,
+) -> tuple[list[EventSpec], int]:
     """Node Events: a mode change that is being written, or a problem not reported before.
 
     `already_reported` holds (node, reason) pairs known from earlier reconciles (for example
     the policy status' problem list), so a standing problem is reported once, not every time.
+    Returns the Events, Warnings first, cut at `limit`, and how many were left out.
     """
     events: list[EventSpec] = []
     for plan in sorted(plans, key=lambda p: p.node):
@@ -110,4 +118,5 @@ def node_events(
             events.append(
                 EventSpec("Node", plan.node, "Warning", problem.reason, problem.describe())
             )
-    return events
+    events.sort(key=lambda e: e.type != "Warning")  # stable: Warnings first, then by node
+    return events[:limit], max(0, len(events) - limit)

@@ -38,7 +38,7 @@ def test_no_event_when_nothing_changed() -> None:
     nodes, _ = reconcile([node("n1", {"pool": "a"})], pols)
     _, plan = reconcile(nodes, pols)
     assert policy_event("p", plan.plans.values()) is None
-    assert node_events(plan.plans.values()) == []
+    assert node_events(plan.plans.values()) == ([], 0)
 
 
 def test_conflicts_are_counted_for_both_policies() -> None:
@@ -59,7 +59,8 @@ def test_node_events_only_for_mode_changes_and_failures() -> None:
     pols = [policy("p", HAMI)]
     nodes = [node("n1", {"pool": "a"}), node("bad", {"pool": "a", "volcano.sh/vgpu.enabled": "x"})]
     nodes, plan = reconcile(nodes, pols)
-    events = node_events(plan.plans.values())
+    events, left_out = node_events(plan.plans.values())
+    assert left_out == 0
     assert [(e.name, e.type, e.reason) for e in events] == [
         ("bad", "Warning", "LabelCollision"),
         ("n1", "Normal", "ModeChanged"),
@@ -67,14 +68,28 @@ def test_node_events_only_for_mode_changes_and_failures() -> None:
     assert "none -> hami-core (policy p)" in events[1].message
     # a standing failure is reported once
     _, plan = reconcile(nodes, pols)
-    assert node_events(plan.plans.values(), already_reported={("bad", "LabelCollision")}) == []
+    assert node_events(plan.plans.values(), already_reported={("bad", "LabelCollision")}) == (
+        [],
+        0,
+    )
     # an edit that keeps n1's mode gives n1 no event; "bad" is no longer blocked and joins
     edited = [policy("p", {**HAMI, "nodeLabels": {"x": "y"}}, generation=2)]
     _, plan = reconcile(nodes, edited)
-    joined = node_events(plan.plans.values(), already_reported={("bad", "LabelCollision")})
+    joined, _ = node_events(plan.plans.values(), already_reported={("bad", "LabelCollision")})
     assert [(e.name, e.reason) for e in joined] == [("bad", "ModeChanged")]
     # leaving the pool is a mode change
     _, plan = reconcile(nodes, [])
-    left = node_events(plan.plans.values())
+    left, _ = node_events(plan.plans.values())
     assert [(e.name, e.reason) for e in left] == [("n1", "ModeChanged")]
     assert "hami-core -> none (leaving policy p)" in left[0].message
+
+
+def test_node_events_are_capped_per_reconcile_with_warnings_first() -> None:
+    nodes = [node(f"n{i:03}", {"pool": "a"}) for i in range(50)]
+    nodes.append(node("bad", {"pool": "a", "volcano.sh/vgpu.enabled": "no"}))
+    _, plan = reconcile(nodes, [policy("p", HAMI)])
+    events, left_out = node_events(plan.plans.values(), limit=10)
+    assert len(events) == 10
+    assert left_out == 41  # 50 joins + 1 collision, 10 shown
+    assert events[0].type == "Warning"
+    assert events[0].name == "bad"
