@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import signal
 import sys
@@ -80,6 +81,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(once=args.once))
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from vgpu_operator.controller.app import run_operator, serve_metrics
+    from vgpu_operator.controller.handlers import ControllerState
+    from vgpu_operator.controller.kube import load_credentials
+    from vgpu_operator.controller.reconciler import ReconcilerOptions
+    from vgpu_operator.models.config import OperatorConfig, load_config
+    from vgpu_operator.models.config_errors import ConfigError
+
+    try:
+        config = load_config(Path(args.config).read_text()) if args.config else OperatorConfig()
+    except ConfigError as exc:
+        print(f"vgpu-operator: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
+        return 2
+    state = ControllerState(
+        credentials=load_credentials(args.kubeconfig, args.context),
+        options=ReconcilerOptions(concurrency=args.concurrency, resync_seconds=args.resync),
+        config=config,
+    )
+    if args.metrics_port:
+        serve_metrics(args.metrics_port)
+    asyncio.run(run_operator(state, liveness_endpoint=args.liveness))
+    return 0
+
+
+# Subcommands that live with their subsystem: each module has `add_subcommand(subparsers)`.
+SUBCOMMAND_MODULES = ("vgpu_operator.agent.cli", "vgpu_operator.doctor")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vgpu-operator",
@@ -92,6 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("action", choices=["up", "down", "status", "build"])
     dc.set_defaults(func=cmd_dev_cluster)
 
+    run = sub.add_parser("run", help="run the controller")
+    run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
+    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--config", help="operator configuration file (YAML)")
+    run.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port")
+    run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument("--concurrency", type=int, default=32, help="parallel node writes")
+    run.add_argument("--resync", type=float, default=300.0, help="seconds between full passes")
+    run.set_defaults(func=cmd_run)
+
     demo = sub.add_parser("demo", help="the operator on a local apiserver with simulated GPUs")
     demo.add_argument("--once", action="store_true", help="print the result and stop")
     demo.set_defaults(func=cmd_demo)
@@ -99,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="print (or write) the CRDs generated from the models")
     crds.add_argument("-o", "--output", help="directory to write the CRD files into")
     crds.set_defaults(func=cmd_crds)
+    for module in SUBCOMMAND_MODULES:
+        importlib.import_module(module).add_subcommand(sub)
     return parser
 
 

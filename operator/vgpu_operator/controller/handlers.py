@@ -23,6 +23,7 @@ from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.models.config import OperatorConfig
 
 log = logging.getLogger("vgpu_operator.handlers")
 
@@ -56,6 +57,7 @@ def _first(store: Any) -> Any:
 class ControllerState:
     credentials: Credentials
     options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
+    config: OperatorConfig = field(default_factory=OperatorConfig)
     api: client.ApiClient | None = None
     reconciler: Reconciler | None = None
     events: EventPoster | None = None
