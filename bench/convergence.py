@@ -19,10 +19,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from kubernetes_asyncio import config
-
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.app import OperatorThread
+from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
@@ -118,8 +117,11 @@ def writes(cluster: LocalCluster, user: str, offset: int, names: set[str]) -> Co
 
 async def main(sizes: list[int]) -> None:
     with LocalCluster.run(prefix="vgpu-bench-", with_scheduler=False) as cluster:
-        api = await config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        api.configuration.connection_pool_maxsize = CONCURRENCY + 8
+        admin = Credentials(
+            server=cluster.server, token=cluster.tokens["admin"], ca_path=str(cluster.ca_file)
+        )
+        # The floor's client gets the same connection pool as the operator's.
+        api = admin.api_client(pool_size=CONCURRENCY + 8)
         async with api:
             credentials = await install_operator_access(api)
             operator = OperatorThread(
