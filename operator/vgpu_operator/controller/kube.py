@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kopf
 import yaml
@@ -41,7 +42,18 @@ class Credentials:
             cfg.ssl_ca_cert = self.ca_path
         cfg.verify_ssl = not self.insecure
         cfg.connection_pool_maxsize = pool_size
-        return client.ApiClient(configuration=cfg)
+        api = client.ApiClient(configuration=cfg)
+        disable_env_lookups(api)
+        return api
+
+
+def disable_env_lookups(api: client.ApiClient) -> None:
+    """kubernetes-asyncio opens its aiohttp session with trust_env=True: every request then
+    looks up ~/.netrc and the proxy variables in worker threads, which halves the request rate
+    measured here (105 vs 213 PATCH/s). The operator talks to one apiserver; a proxy, if any,
+    comes from the kubeconfig (`configuration.proxy`), which kubernetes-asyncio passes itself."""
+    session: Any = api.rest_client.pool_manager
+    session._trust_env = False
 
 
 def load_credentials(kubeconfig: str | None = None, context: str | None = None) -> Credentials:
