@@ -155,6 +155,8 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
         state.seen_nodes[name] = facts
         if previous is not None and _same_facts(previous, facts):
             return  # a heartbeat or another change the operator does not read
+        if state.work.is_own_write(name, facts):
+            return  # the echo of the operator's own PATCH
         state.work.request_nodes([name])
 
     @kopf.on.event(contract.GROUP, contract.VERSION, contract.POLICY_PLURAL, registry=registry)

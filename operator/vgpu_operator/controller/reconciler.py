@@ -52,10 +52,13 @@ class ReconcilerOptions:
     debounce_seconds: float = 0.05  # gather a burst of events into one pass
     resync_seconds: float = 300.0  # full pass even without events (heals anything missed)
     conflict_retries: int = 3
+    status_interval: float = 1.0  # node-triggered passes recompute status at most this often
 
 
 Snapshot = Callable[[], tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]]
 NodeUid = Callable[[str], str]
+# Conditions computed elsewhere for a policy owning these nodes (e.g. ConfigConsistent).
+ExtraConditions = Callable[[str, frozenset[str]], Mapping[str, tuple[str, str, str]]]
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Reconciler:
     node_uid: NodeUid = lambda _name: ""
     options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    extra_conditions: ExtraConditions | None = None
 
     _full: bool = False
     _nodes: set[str] = field(default_factory=set)
@@ -75,6 +79,8 @@ class Reconciler:
     _fresh: dict[str, NodeFacts] = field(default_factory=dict)
     _written_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     _reported: set[tuple[str, str]] = field(default_factory=set)
+    _last_status: float = 0.0
+    _status_scheduled: bool = False
     passes: int = 0
 
     # -- requests (called by handlers) ------------------------------------------------------
@@ -126,29 +132,49 @@ class Reconciler:
                 self._idle.set()
 
     async def reconcile(self, *, full: bool, only: set[str]) -> None:
+        """One pass. A node-triggered pass plans only the requested nodes (selection is per
+        node, so a subset plans exactly as the whole would); status, Events and finalizers need
+        the whole picture and are computed after writes, on full passes, and otherwise at most
+        every `status_interval` seconds."""
         start = time.monotonic()
         nodes, policies = self.snapshot()
+        self._overlay_fresh(nodes)
+        parsed = [p.parsed for p in policies.values()]
+        targets = nodes.values() if full else [nodes[n] for n in only if n in nodes]
+        planned = plan_cluster(targets, parsed)
+        written = await self._write_nodes(planned.plans, parsed, nodes)
+        self.passes += 1
+        now = time.monotonic()
+        if full or written or now - self._last_status >= self.options.status_interval:
+            self._last_status = now
+            cluster = plan_cluster(nodes.values(), parsed)
+            self._emit_events(cluster, policies, written)
+            await self._write_statuses(cluster, nodes, policies)
+            await self._release_finalizers(cluster, nodes, policies)
+            _export_gauges(cluster)
+        elif not self._status_scheduled:
+            self._status_scheduled = True
+            asyncio.get_running_loop().call_later(self.options.status_interval, self._status_pass)
+        metrics.RECONCILES.labels(result="ok").inc()
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
+
+    def _status_pass(self) -> None:
+        self._status_scheduled = False
+        self.request_nodes([])
+
+    def _overlay_fresh(self, nodes: dict[str, NodeFacts]) -> None:
+        """Our own writes the watch has not delivered yet replace what the index holds."""
         for name, facts in list(self._fresh.items()):
             seen = nodes.get(name)
             if seen is not None and _newer_or_same(seen.resource_version, facts.resource_version):
                 del self._fresh[name]  # the watch caught up with our own write
             elif seen is not None:
                 nodes[name] = facts
-        parsed = [p.parsed for p in policies.values()]
-        cluster = plan_cluster(nodes.values(), parsed)
-        targets = set(nodes) if full else (only & set(nodes))
-        plans = {n: cluster.plans[n] for n in targets}
-        written = await self._write_nodes(plans, parsed, nodes)
-        self.passes += 1
-        if written:
-            # Our writes changed the facts: plan once more on them for readiness and status.
-            cluster = plan_cluster(nodes.values(), parsed)
-        self._emit_events(cluster, policies, written)
-        await self._write_statuses(cluster, nodes, policies)
-        await self._release_finalizers(cluster, nodes, policies)
-        metrics.RECONCILES.labels(result="ok").inc()
-        metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
-        _export_gauges(cluster)
+
+    def is_own_write(self, name: str, facts: NodeFacts) -> bool:
+        """True for the watch event of a write this process made (nothing to do for it)."""
+        fresh = self._fresh.get(name)
+        return fresh is not None and fresh.resource_version == facts.resource_version
 
     # -- nodes ------------------------------------------------------------------------------
     async def _write_nodes(
@@ -242,7 +268,11 @@ class Reconciler:
                 del self._written_status[name]  # the watch delivered our write
                 mine = None
             old = mine if mine is not None else dict(entry.status)
-            new = compute_status(entry.parsed, cluster, nodes, old, now)
+            extra = None
+            if self.extra_conditions is not None:
+                owned = frozenset(n for n, a in cluster.assignments.items() if a.owner == name)
+                extra = self.extra_conditions(name, owned)
+            new = compute_status(entry.parsed, cluster, nodes, old, now, extra)
             body = status_patch(old, new)
             if body is None:
                 continue
