@@ -225,7 +225,7 @@ class Reconciler:
             if isinstance(result, BaseException):
                 metrics.NODE_WRITES.labels(outcome="error").inc()
                 log.error("node write failed: %s", result)
-                self._full = True  # heal on the next pass
+                self._retry_soon()  # heal with a full pass shortly
         return written
 
     # -- events -----------------------------------------------------------------------------

@@ -128,10 +128,23 @@ def _go() -> str:
     return go
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+def _run(
+    cmd: list[str], cwd: Path, env: dict[str, str], log: Log = _stderr_log, what: str = ""
+) -> None:
+    """Run a build step, saying every minute that it is still going."""
+    start = time.monotonic()
+    with subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        while True:
+            try:
+                _, stderr = proc.communicate(timeout=60)
+                break
+            except subprocess.TimeoutExpired:
+                minutes = (time.monotonic() - start) / 60
+                log(f"  still building {what or cmd[-1]} ({minutes:.0f} min so far)")
     if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise BuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{stderr[-4000:]}")
 
 
 def _build(tool: Tool, log: Log) -> Path:
@@ -157,11 +170,19 @@ def _build(tool: Tool, log: Log) -> Path:
             ],
             cwd=wrapper_module_dir(),
             env=env,
+            log=log,
+            what=tool.name,
         )
     else:
         env["GOBIN"] = str(tmp)
         env["GOFLAGS"] = "-mod=mod"
-        _run([_go(), "install", "-trimpath", "-ldflags", "-s -w", tool.package], cwd=tmp, env=env)
+        _run(
+            [_go(), "install", "-trimpath", "-ldflags", "-s -w", tool.package],
+            cwd=tmp,
+            env=env,
+            log=log,
+            what=tool.name,
+        )
     if tool.name == "kwok":
         _write_kwok_stages(tmp, env)
     shutil.rmtree(final, ignore_errors=True)
