@@ -1,9 +1,11 @@
 """`vgpu-operator demo`: the operator on a real local apiserver with simulated GPU nodes.
 
 Starts the control plane, creates GPU nodes of several models and one CPU node, installs the
-CRDs and the chart's RBAC, runs the operator under its ServiceAccount, applies the example
-policies and prints the nodes as the operator left them; then keeps printing changes so a person
-can edit a policy (`kubectl edit vnp ...`) and watch the nodes follow. Ctrl-C tears it all down.
+CRDs and the chart's RBAC, runs the operator under its ServiceAccount and one node agent per GPU
+node (a subprocess under the agent's ServiceAccount, with a fake nvidia-smi of the node's model),
+applies the example policies and prints the nodes as the operator and the agents left them; then
+keeps printing changes so a person can edit a policy (`kubectl edit vnp ...`) and watch the nodes
+follow. Ctrl-C tears it all down, agents included.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ from kubernetes_asyncio import config
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.app import OperatorThread
 from vgpu_operator.devcluster import binaries
+from vgpu_operator.devcluster.agentproc import (
+    AgentProcess,
+    FakeGpus,
+    agent_kubeconfig,
+    fake_model,
+    stop_all,
+)
 from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.install import apply, install_operator_access
+from vgpu_operator.devcluster.install import apply, install_agent_access, install_operator_access
 from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
 
 DEMO_NODES: tuple[NodeSpec, ...] = (
@@ -53,7 +62,7 @@ def _operator_labels(obj: dict[str, Any]) -> list[str]:
 
 
 def node_table(nodes: list[dict[str, Any]]) -> str:
-    rows = [("NODE", "GPU", "POLICY", "MODE", "LABELS SET", "TAINTS", "CONFIG")]
+    rows = [("NODE", "GPU", "POLICY", "MODE", "LABELS SET", "TAINTS", "CONFIG", "STATE")]
     for obj in sorted(nodes, key=lambda o: o["metadata"]["name"]):
         meta = obj["metadata"]
         labels = meta.get("labels") or {}
@@ -76,6 +85,7 @@ def node_table(nodes: list[dict[str, Any]]) -> str:
                 ",".join(_operator_labels(obj)) or "-",
                 ",".join(taints) or "-",
                 cfg,
+                labels.get(contract.LABEL_STATE, "-"),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -87,22 +97,28 @@ async def _nodes(api: Any) -> list[dict[str, Any]]:
     return list(listing.get("items", []))
 
 
-async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 90.0) -> int:
+async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 150.0) -> int:
     out("==> starting a local control plane (etcd, kube-apiserver, controller manager, ...)")
     with LocalCluster.run(prefix="vgpu-demo-") as cluster:
         api = await config.new_client_from_config(config_file=str(cluster.kubeconfig))
         async with api:
             out("==> installing CRDs and the chart's RBAC; creating simulated GPU nodes")
             credentials = await install_operator_access(api)
+            kubeconfig = agent_kubeconfig(
+                cluster.workdir / "kubeconfig-agent", await install_agent_access(api)
+            )
             await create_gpu_nodes(api, DEMO_NODES)
             out("==> starting the operator (as ServiceAccount vgpu-system/vgpu-operator)")
             operator = OperatorThread(credentials).start()
+            agents: list[AgentProcess] = []
             try:
+                out("==> starting one node agent per GPU node (fake nvidia-smi of its model)")
+                start_agents(cluster.workdir / "agents", kubeconfig, agents)
                 policies = load_documents(sorted((examples_dir() / "demo").glob("*.yaml")))
                 for doc in policies:
                     await apply(api, doc)
                     out(f"    applied VGPUNodePolicy {doc['metadata']['name']}")
-                await _wait_converged(api, len(DEMO_NODES) - 1, timeout)
+                await _wait_converged(api, len(DEMO_NODES) - 1, timeout, agents)
                 table = node_table(await _nodes(api))
                 out(table)
                 if once:
@@ -113,6 +129,8 @@ async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 90.
                     f"  export KUBECONFIG={cluster.kubeconfig}\n"
                     f"  {kubectl} get vnp\n"
                     f"  {kubectl} edit vnp rtx4090-hami-core   # the nodes follow\n"
+                    f"  {kubectl} edit vnp h100-static-mig     # the agent re-partitions the GPUs\n"
+                    f"Agent logs: {cluster.workdir / 'agents'}/<node>/agent.log\n"
                     f"Ctrl-C stops it and removes everything.\n"
                 )
                 while True:
@@ -122,16 +140,42 @@ async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 90.
                         table = now
                         out(f"--- {time.strftime('%H:%M:%S')} nodes changed:\n{table}")
             finally:
+                stop_all(agents)
                 operator.stop()
 
 
-async def _wait_converged(api: Any, expected: int, timeout: float) -> None:
+def start_agents(directory: Path, kubeconfig: Path, agents: list[AgentProcess]) -> None:
+    """One agent subprocess per GPU node of the demo, each with its own simulated GPUs; each is
+    added to `agents` as soon as it runs (the caller stops them, also after a failure here)."""
+    for spec in DEMO_NODES:
+        if spec.model is None:
+            continue
+        home = directory / spec.name
+        gpus = FakeGpus.create(home, spec.name, fake_model(spec.model), spec.gpus)
+        agent = AgentProcess(spec.name, kubeconfig, gpus, home / "agent.log", resync=60.0)
+        agents.append(agent.start())
+
+
+async def _wait_converged(
+    api: Any, expected: int, timeout: float, agents: list[AgentProcess]
+) -> None:
+    """Until the operator configured `expected` nodes and every agent reports a final state."""
     deadline = time.monotonic() + timeout
+    final = {"success", "failed", "blocked"}
     while True:
         nodes = await _nodes(api)
-        managed = [n for n in nodes if contract.LABEL_POLICY in (n["metadata"].get("labels") or {})]
-        if len(managed) >= expected:
+        labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+        managed = [n for n, lab in labels.items() if contract.LABEL_POLICY in lab]
+        waiting = [
+            a.node for a in agents if labels.get(a.node, {}).get(contract.LABEL_STATE) not in final
+        ]
+        if len(managed) >= expected and not waiting:
             return
+        dead = [a.node for a in agents if not a.running()]
+        if dead:
+            raise RuntimeError(f"node agents exited: {dead}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(managed)} of {expected} nodes configured")
+            raise TimeoutError(
+                f"only {len(managed)} of {expected} nodes configured; agents not done: {waiting}"
+            )
         await asyncio.sleep(0.5)

@@ -18,6 +18,8 @@ from vgpu_operator.devcluster import binaries
 OPERATOR_NAMESPACE = "vgpu-system"
 OPERATOR_SERVICE_ACCOUNT = "vgpu-operator"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+AGENT_SERVICE_ACCOUNT = "vgpu-operator-agent"
+AGENT_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
 
 _PLURALS = {
     "Namespace": "namespaces",
@@ -89,14 +91,31 @@ async def install_operator_access(api: client.ApiClient) -> Credentials:
     )
     for doc in render_chart("serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"):
         await apply(api, doc)
+    credentials = await service_account_credentials(api, OPERATOR_SERVICE_ACCOUNT)
+    await wait_crds_established(api)
+    return credentials
+
+
+async def install_agent_access(api: client.ApiClient) -> Credentials:
+    """The node agent's ServiceAccount and RBAC from the chart; that ServiceAccount's token (the
+    agent then runs with exactly what the chart grants the DaemonSet)."""
+    await apply(
+        api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+    )
+    for doc in render_chart("agent-serviceaccount.yaml", "agent-rbac.yaml"):
+        await apply(api, doc)
+    return await service_account_credentials(api, AGENT_SERVICE_ACCOUNT)
+
+
+async def service_account_credentials(api: client.ApiClient, name: str) -> Credentials:
+    """Credentials with a TokenRequest token of the ServiceAccount `name` (a day long)."""
     token = await kubeapi.request(
         api,
         "POST",
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{OPERATOR_SERVICE_ACCOUNT}/token",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{name}/token",
         body={"spec": {"expirationSeconds": 86400}},
         field_manager=None,
     )
-    await wait_crds_established(api)
     return Credentials(
         server=str(api.configuration.host),
         token=token["status"]["token"],

@@ -1,0 +1,106 @@
+"""`vgpu-operator agent`: the node agent (one per GPU node, a DaemonSet in the chart).
+
+    vgpu-operator agent [--node N] [--kubeconfig F] [--nvidia-smi PATH] [--timeout S]
+                        [--resync S] [--retry S] [--once]
+
+`--node` defaults to $NODE_NAME (the downward API in the DaemonSet), `--nvidia-smi` to
+$VGPU_NVIDIA_SMI or `nvidia-smi` on PATH, credentials to the kubeconfig, $KUBECONFIG or the
+in-cluster ServiceAccount. `--once` acts once, reports, and exits 0 on `success` (1 otherwise).
+SIGTERM/SIGINT: finish the action under way, then exit 0; a second signal cancels it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from vgpu_operator.agent.smi import DEFAULT_BINARY, DEFAULT_TIMEOUT, ENV_BINARY
+
+ENV_NODE = "NODE_NAME"
+
+
+def add_subcommand(sub: Any) -> None:
+    """Register `agent` on the CLI's subparsers (vgpu_operator.cli)."""
+    agent = sub.add_parser("agent", help="the node agent: apply the node's MIG configuration")
+    agent.add_argument("--node", default=os.environ.get(ENV_NODE), help="default: $NODE_NAME")
+    agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
+    agent.add_argument(
+        "--nvidia-smi",
+        dest="nvidia_smi",
+        default=os.environ.get(ENV_BINARY) or DEFAULT_BINARY,
+        help=f"the nvidia-smi binary (default: ${ENV_BINARY} or {DEFAULT_BINARY})",
+    )
+    agent.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per nvidia-smi call"
+    )
+    agent.add_argument(
+        "--resync", type=float, default=300.0, help="seconds between re-checks of the GPUs"
+    )
+    agent.add_argument(
+        "--retry", type=float, default=30.0, help="seconds until a failed/blocked node retries"
+    )
+    agent.add_argument("--once", action="store_true", help="act once, report and exit")
+    agent.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    agent.set_defaults(func=cmd_agent)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    if not args.node:
+        print(f"vgpu-operator agent: no node name (--node or ${ENV_NODE})", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format=f"%(asctime)s %(levelname)s agent[{args.node}] %(message)s",
+        stream=sys.stderr,
+    )
+    return asyncio.run(run_agent(args))
+
+
+async def run_agent(args: argparse.Namespace) -> int:
+    from vgpu_operator.agent.loop import Agent, AgentOptions
+    from vgpu_operator.agent.nodeapi import KubeNodeApi
+    from vgpu_operator.agent.smi import NvidiaSmi
+    from vgpu_operator.controller.kube import load_credentials
+
+    credentials = load_credentials(args.kubeconfig)
+    options = AgentOptions(resync=args.resync, retry=args.retry)
+    driver = NvidiaSmi(args.nvidia_smi, timeout=args.timeout)
+    async with credentials.api_client(pool_size=4) as api:
+        agent = Agent(KubeNodeApi(api, args.node), driver, options)
+        if args.once:
+            outcome = await agent.act("start")
+            return 0 if outcome is not None and outcome.state == "success" else 1
+        main = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if agent.stopping and main is not None:
+                main.cancel()  # a second signal: do not wait for the action under way
+            agent.stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        try:
+            await agent.run()
+        except asyncio.CancelledError:
+            logging.getLogger("vgpu_operator.agent").warning("stopped during an action")
+            return 1
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vgpu_operator.agent.cli ...` runs the agent without the other subcommands."""
+    parser = argparse.ArgumentParser(prog="vgpu-operator")
+    add_subcommand(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["agent", *(sys.argv[1:] if argv is None else argv)])
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

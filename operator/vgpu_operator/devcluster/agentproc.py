@@ -1,0 +1,190 @@
+"""Node agents as subprocesses against simulated GPUs, for the tests and the demo.
+
+Each agent runs as `python -m vgpu_operator.cli agent --node N` exactly as in its DaemonSet, with
+a kubeconfig for the agent's ServiceAccount and the fake nvidia-smi (devcluster.fakesmi) as its
+`--nvidia-smi`; the node's simulated GPUs live in a state file under `workdir/<node>/`.
+
+An agent gets its own process group (a kill reaches the nvidia-smi it waits for) and dies with
+the process that started it (PR_SET_PDEATHSIG), so no agent outlives a test or the demo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vgpu_operator.controller.kube import Credentials
+from vgpu_operator.core.mig_catalog import model_for_name
+from vgpu_operator.devcluster import fakesmi_state as fs
+from vgpu_operator.devcluster.cluster import write_kubeconfig
+from vgpu_operator.devcluster.install import AGENT_USER
+from vgpu_operator.devcluster.nodes import GPU_MODELS
+
+
+def fake_model(node_model: str) -> str:
+    """The fake nvidia-smi's model (core.mig_catalog key) for a simulated node's model
+    (devcluster.nodes key): the one with the same NVML name."""
+    catalog = model_for_name(GPU_MODELS[node_model].nvml_name)
+    if catalog is None:
+        raise ValueError(f"the fake nvidia-smi has no model for {node_model!r}")
+    return catalog.key
+
+
+def agent_kubeconfig(path: Path, credentials: Credentials) -> Path:
+    """A kubeconfig for the agent's ServiceAccount (devcluster.install.install_agent_access)."""
+    assert credentials.token is not None
+    ca = Path(credentials.ca_path) if credentials.ca_path else None
+    return write_kubeconfig(path, credentials.server, credentials.token, ca, AGENT_USER)
+
+
+@dataclass
+class FakeGpus:
+    """The simulated GPUs of one node: a state file and an `nvidia-smi` that reads it."""
+
+    state: Path
+    binary: Path
+
+    @classmethod
+    def create(
+        cls, directory: Path, node: str, model: str, count: int, *, mig: bool = False
+    ) -> FakeGpus:
+        """`model` is a core.mig_catalog key (see fake_model)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        state = directory / "gpus.json"
+        fs.init_state(state, model, count, node=node, mig=mig)
+        return cls(state=state, binary=fs.write_wrapper(directory))
+
+    def load(self) -> fs.NodeState:
+        return fs.load(self.state)
+
+    def count(self, effect: str) -> int:
+        return fs.count_effect(self.state, effect)
+
+    def log(self) -> list[dict[str, object]]:
+        return fs.read_log(self.state)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class AgentProcess:
+    """One `vgpu-operator agent` subprocess."""
+
+    node: str
+    kubeconfig: Path
+    gpus: FakeGpus
+    logfile: Path
+    resync: float = 300.0
+    retry: float = 30.0
+    timeout: float = 20.0
+    once: bool = False
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "vgpu_operator.cli", "agent", "--node", self.node]
+        args += ["--kubeconfig", str(self.kubeconfig), "--nvidia-smi", str(self.gpus.binary)]
+        args += [f"--resync={self.resync:g}", f"--retry={self.retry:g}"]
+        args += [f"--timeout={self.timeout:g}"]
+        return [*args, "--once"] if self.once else args
+
+    def start(self) -> AgentProcess:
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
+        env[fs.ENV_STATE] = str(self.gpus.state)
+        with open(self.logfile, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        return self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL the agent and whatever it runs (its process group)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (the agent finishes the action under way), SIGKILL after `timeout`; then
+        nothing of its process group is left. Returns the exit code (None if killed)."""
+        if self.proc is None:
+            return None
+        code: int | None = None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                code = None
+        else:
+            code = self.proc.returncode
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: a hung nvidia-smi
+        self.proc.wait(10)
+        return code
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group `pgid` is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - not ours, but alive
+        return True
+    return True
+
+
+def wait_group_gone(pgid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def stop_all(agents: list[AgentProcess], timeout: float = 30.0) -> None:
+    """SIGTERM every agent at once, wait for them together, then SIGKILL what is left."""
+    for agent in agents:
+        if agent.running():
+            assert agent.proc is not None
+            agent.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for agent in agents:
+        if agent.proc is None:
+            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            agent.proc.wait(max(0.1, deadline - time.monotonic()))
+        agent.kill()

@@ -1,0 +1,136 @@
+"""The agent's API layer and process behaviour on the real apiserver: the own-Node watch (its
+events only, ended by the server's timeout), the ServiceAccount's limits, `--once`, and SIGTERM
+during an apply (the action finishes, the process exits 0, nothing is left). The watch's 410 Gone
+recovery is tested in tests/unit/agent/test_agent_loop.py: a fresh apiserver compacts nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from tests.cluster.agentkit import (
+    MIXED,
+    Agents,
+    agent_kubeconfig_path,
+    agents,
+    release,
+    state_of,
+    static,
+    wait_applied,
+)
+from tests.cluster.helpers import NodeFactory
+from vgpu_operator import contract
+from vgpu_operator.agent.nodeapi import KubeNodeApi
+from vgpu_operator.devcluster import fakesmi_state as fs
+from vgpu_operator.devcluster.agentproc import wait_group_gone
+from vgpu_operator.kubeapi import MERGE_PATCH, ApiException, node_path, policy_path, request
+
+__all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
+
+
+@pytest.fixture
+async def agent_api(agent_kubeconfig_path: Path) -> Any:
+    api = await config.new_client_from_config(config_file=str(agent_kubeconfig_path))
+    async with api:
+        yield api
+
+
+async def test_own_node_list_and_watch(
+    api: client.ApiClient, agent_api: client.ApiClient, make_nodes: NodeFactory
+) -> None:
+    [mine, other] = await make_nodes("A30", 2, gpus=1)
+    nodes = KubeNodeApi(agent_api, mine, watch_timeout=2)
+    node, rv = await nodes.list()
+    assert node is not None and node["metadata"]["name"] == mine and rv
+
+    seen: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        async for event in nodes.watch(rv):  # ends when the server ends it (2 s)
+            seen.append(event)
+
+    task = asyncio.create_task(collect())
+    await asyncio.sleep(0.3)
+    for name in (other, mine):  # only its own Node comes through the field selector
+        await request(
+            api,
+            "PATCH",
+            node_path(name),
+            body={"metadata": {"labels": {"test/marker": "1"}}},
+            content_type=MERGE_PATCH,
+            field_manager=None,
+        )
+    await asyncio.wait_for(task, 15)
+    names = {e["object"]["metadata"].get("name") for e in seen if e["type"] == "MODIFIED"}
+    assert names == {mine}
+    marked = [e for e in seen if (e["object"]["metadata"].get("labels") or {}).get("test/marker")]
+    assert marked, seen
+
+
+async def test_the_agent_identity_cannot_touch_policies(agent_api: client.ApiClient) -> None:
+    with pytest.raises(ApiException) as err:
+        await request(agent_api, "GET", policy_path())
+    assert err.value.status == 403
+
+
+async def test_once_acts_and_exits_with_the_outcome(api: client.ApiClient, agents: Agents) -> None:
+    a30 = await agents.node("A30", 1)
+    await release(api, a30.name, static({"1g.6gb": 4}))
+    ok = agents.start(a30, once=True)
+    assert ok.wait(120) == 0, ok.output()
+    assert await state_of(api, a30.name) == "success"
+    assert a30.layout(0) and sum(a30.layout(0).values()) == 4
+
+    fs.add_process(a30.gpus.state, 0, pid=77, name="job")
+    await release(api, a30.name, static({"2g.12gb": 2}))
+    blocked = agents.start(a30, once=True)
+    assert blocked.wait(120) == 1, blocked.output()
+    assert await state_of(api, a30.name) == "blocked"
+
+
+async def test_sigterm_lets_the_apply_finish_and_exits_clean(
+    api: client.ApiClient, agents: Agents
+) -> None:
+    a100 = await agents.node("A100-SXM4-80GB", 1)
+    fs.hang_at(a100.gpus.state, "-cgi", skip=1, seconds=3)
+    await release(api, a100.name, static(MIXED))
+    agent = agents.start(a100)
+    while not any("hang" in e for e in a100.gpus.log()):
+        assert agent.running(), agent.output()
+        await asyncio.sleep(0.1)
+    assert agent.proc is not None
+    agent.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(agent.wait, 60) == 0, agent.output()
+    assert wait_group_gone(agent.pid)
+    # the action under way was finished and reported before the exit
+    labels = (await request(api, "GET", node_path(a100.name)))["metadata"]["labels"]
+    assert labels[contract.LABEL_STATE] == "success"
+    assert sum(a100.layout(0).values()) == 4
+
+
+async def test_second_signal_cancels_and_a_restart_finishes(
+    api: client.ApiClient, agents: Agents
+) -> None:
+    a100 = await agents.node("A100-SXM4-80GB", 1)
+    fs.hang_at(a100.gpus.state, "-cgi", skip=1, seconds=3600)
+    await release(api, a100.name, static(MIXED))
+    agent = agents.start(a100)
+    while not any("hang" in e for e in a100.gpus.log()):
+        assert agent.running(), agent.output()
+        await asyncio.sleep(0.1)
+    assert agent.proc is not None
+    agent.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)
+    assert agent.running()  # waiting for the action
+    agent.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(agent.wait, 30) == 1
+    assert wait_group_gone(agent.pid)  # the hung nvidia-smi was killed with it
+    assert await state_of(api, a100.name) == "applying"
+    fs.clear_knobs(a100.gpus.state)
+    again = agents.start(a100)
+    await wait_applied(api, a100.name, static(MIXED), again)
