@@ -30,6 +30,10 @@ ANN_CONFIG: Final = f"{GROUP}/config"  # controller: configuration released to t
 ANN_INVENTORY: Final = f"{GROUP}/inventory"  # agent: what the hardware has
 ANN_ROLLOUT: Final = f"{GROUP}/rollout"  # controller: transition state machine
 
+# Annotations the operator keeps on the Volcano/HAMi ConfigMaps it renders.
+ANN_OWNED_ENTRIES: Final = f"{GROUP}/owned-entries"  # JSON {node: RFC 3339 of its entry's change}
+ANN_DATA_CHANGED_AT: Final = f"{GROUP}/data-changed-at"  # RFC 3339 of the last data change
+
 # The finalizer on policies (own prefix, not Kopf's default).
 FINALIZER: Final = f"{GROUP}/finalizer"
 

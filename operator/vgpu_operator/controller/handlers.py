@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import kopf
@@ -21,6 +22,12 @@ from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.events import EventPoster
 from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
+from vgpu_operator.controller.volcano import (
+    VolcanoOptions,
+    VolcanoReconciler,
+    policy_conditions,
+)
+from vgpu_operator.controller.volcano import register as register_volcano
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.models.config import OperatorConfig
@@ -62,6 +69,9 @@ class ControllerState:
     reconciler: Reconciler | None = None
     events: EventPoster | None = None
     task: asyncio.Task[None] | None = None
+    volcano_options: VolcanoOptions = field(default_factory=VolcanoOptions)
+    volcano: VolcanoReconciler | None = None  # the configuration reconciler (controller.volcano)
+    volcano_task: asyncio.Task[None] | None = None
     nodes_index: Mapping[str, Any] | None = None
     policies_index: Mapping[str, Any] | None = None
     node_uids: dict[str, str] = field(default_factory=dict)
@@ -101,6 +111,7 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
             post_event=state.events,
             node_uid=lambda name: state.node_uids.get(name, ""),
             options=state.options,
+            extra_conditions=partial(policy_conditions, state),
         )
         state.task = asyncio.create_task(state.reconciler.run(), name="vgpu-reconciler")
 
@@ -149,12 +160,14 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
             state.seen_nodes.pop(name, None)
             state.node_uids.pop(name, None)
             state.work.request_nodes([])  # statuses count nodes: recompute them
+            _nudge_volcano(state)
             return
         facts = node_facts(body)
         previous = state.seen_nodes.get(name)
         state.seen_nodes[name] = facts
         if previous is not None and _same_facts(previous, facts):
             return  # a heartbeat or another change the operator does not read
+        _nudge_volcano(state)  # released config, inventory, labels or taints changed
         if state.work.is_own_write(name, facts):
             return  # the echo of the operator's own PATCH
         state.work.request_nodes([name])
@@ -166,6 +179,7 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
             state.seen_policies.pop(name, None)
             state.work.forget_policy(name)
             state.work.request_full()
+            _nudge_volcano(state)
             return
         meta = body.get("metadata", {})
         finalizers = tuple(meta.get("finalizers") or ())
@@ -178,8 +192,15 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
         if missing and not await _add_finalizer(state, name, meta):
             state.seen_policies.pop(name, None)  # handle the newer version when it comes
         state.work.request_full()
+        _nudge_volcano(state)
 
+    register_volcano(registry, state)
     return registry
+
+
+def _nudge_volcano(state: ControllerState) -> None:
+    if state.volcano is not None:
+        state.volcano.request()
 
 
 def _same_facts(a: NodeFacts, b: NodeFacts) -> bool:

@@ -10,6 +10,7 @@ nothing (the rules report it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from vgpu_operator.core.rules.snapshot import (
 from vgpu_operator.core.status import timestamp
 from vgpu_operator.models.config import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.volcano_views import WorkloadView
+from vgpu_operator.models.volcano_views import WorkloadView, workload_view
 
 log = logging.getLogger("vgpu_operator.volcano")
 
@@ -195,7 +196,9 @@ async def enforce_configuration(
     return result
 
 
-async def _patch_plugin_args(api: client.ApiClient, s: ClusterSnapshot, result: WriteResult) -> None:
+async def _patch_plugin_args(
+    api: client.ApiClient, s: ClusterSnapshot, result: WriteResult
+) -> None:
     ref = s.config.device_plugin
     ds = next(
         (
@@ -295,24 +298,48 @@ def restart_inputs(s: ClusterSnapshot) -> RestartInputs:
     )
 
 
-async def restart(api: client.ApiClient, action: RestartAction, now: datetime) -> bool:
+def on_delete_pods(s: ClusterSnapshot, action: RestartAction) -> list[str]:
+    """The live pods of a DaemonSet with `updateStrategy: OnDelete` (a template change does not
+    replace them: they have to be deleted); empty for any other workload."""
+    if action.kind != "rollout-daemonset":
+        return []
+    raw = next(
+        (
+            d
+            for d in s.daemonsets
+            if meta(d).get("namespace") == action.namespace and meta(d).get("name") == action.name
+        ),
+        None,
+    )
+    strategy = (((raw or {}).get("spec") or {}).get("updateStrategy") or {}).get("type")
+    if raw is None or strategy != "OnDelete":
+        return []
+    view = workload_view(raw)
+    return [str(meta(p).get("name")) for p in s.pods_of(view) if not pod_done(p)]
+
+
+async def restart(
+    api: client.ApiClient, action: RestartAction, now: datetime, s: ClusterSnapshot
+) -> bool:
     """Carry out one restart: a rollout restart (the pod template's restartedAt, as kubectl
-    does) or the deletion of one plugin pod (its DaemonSet recreates it). False: it is gone."""
+    does; for an OnDelete DaemonSet its pods are deleted too) or the deletion of one plugin pod
+    (its DaemonSet recreates it). False: it is gone."""
     try:
         if action.kind == "delete-pod":
             await kubeapi.request(api, "DELETE", pod_path(action.namespace, action.name))
-        else:
-            kind = "Deployment" if action.kind == "rollout-deployment" else "DaemonSet"
-            body = {
-                "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: timestamp(now)}}}}
-            }
-            await kubeapi.request(
-                api,
-                "PATCH",
-                workload_path(kind, action.namespace, action.name),
-                body=body,
-                content_type=kubeapi.MERGE_PATCH,
-            )
+            return True
+        kind = "Deployment" if action.kind == "rollout-deployment" else "DaemonSet"
+        body = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: timestamp(now)}}}}}
+        await kubeapi.request(
+            api,
+            "PATCH",
+            workload_path(kind, action.namespace, action.name),
+            body=body,
+            content_type=kubeapi.MERGE_PATCH,
+        )
     except kubeapi.NotFound:
         return False
+    for name in on_delete_pods(s, action):
+        with contextlib.suppress(kubeapi.NotFound):
+            await kubeapi.request(api, "DELETE", pod_path(action.namespace, name))
     return True

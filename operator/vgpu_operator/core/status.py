@@ -6,7 +6,9 @@ Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the 
 - `Stalled`: True when progress needs a person: an invalid spec (reason `InvalidSpec`, the message
   names the field), nodes with problems (`NodeProblems`), a conflict (`Conflict`);
 - `Conflict`: present only while some node is selected by this policy and another one of the same
-  priority; the message names the nodes and the other policies.
+  priority; the message names the nodes and the other policies;
+- conditions computed elsewhere, passed in as `extra_conditions` (e.g. `ConfigConsistent`, from
+  the Volcano/HAMi consistency rules): written after these, same transition-time rules.
 
 A node is *ready* when it is owned by the policy, already carries the desired state (no write
 left: labels, taints, target and released config) and, for a mode that needs the node agent
@@ -76,10 +78,12 @@ def compute_status(
     nodes: Mapping[str, NodeFacts],
     old_status: Mapping[str, Any] | None,
     now: datetime,
+    extra_conditions: Mapping[str, tuple[str, str, str]] | None = None,
 ) -> VGPUNodePolicyStatus:
     """The status of one policy after planning; `now` stamps conditions that change."""
     name, generation = parsed.name, parsed.generation
     conditions: dict[str, tuple[str, str, str]] = {}  # type -> (status, reason, message)
+    extra = dict(extra_conditions or {})
     problems: list[NodeProblem] = []
 
     if parsed.policy is None or not parsed.usable:
@@ -88,7 +92,7 @@ def compute_status(
         conditions["Ready"] = ("False", "InvalidSpec", text)
         conditions["Reconciling"] = ("False", "InvalidSpec", "waiting for a valid spec")
         conditions["Stalled"] = ("True", "InvalidSpec", text)
-        return _finish(name, generation, conditions, [], len(held), 0, old_status, now)
+        return _finish(name, generation, {**extra, **conditions}, [], len(held), 0, old_status, now)
 
     mode = parsed.policy.spec.mode
     owned = sorted(n for n, a in cluster.assignments.items() if a.owner == name)
@@ -124,7 +128,9 @@ def compute_status(
         conditions["Ready"] = ("False", "Deleting", message)
         conditions["Reconciling"] = ("True", "Deleting", message)
         conditions["Stalled"] = ("False", "Deleting", "")
-        return _finish(name, generation, conditions, [], len(still), 0, old_status, now)
+        return _finish(
+            name, generation, {**extra, **conditions}, [], len(still), 0, old_status, now
+        )
 
     suspended = parsed.policy.spec.suspend
     summary = f"{len(ready)}/{len(owned)} nodes ready"
@@ -157,7 +163,9 @@ def compute_status(
     else:
         conditions["Reconciling"] = ("False", "Stalled" if parts else "Ready", "")
     problems.sort(key=lambda p: (p.node, p.reason))
-    return _finish(name, generation, conditions, problems, len(owned), len(ready), old_status, now)
+    return _finish(
+        name, generation, {**extra, **conditions}, problems, len(owned), len(ready), old_status, now
+    )
 
 
 def _finish(
@@ -173,7 +181,8 @@ def _finish(
     del name
     previous = _old_conditions(old_status)
     stamped = []
-    for kind in CONDITION_ORDER:
+    order = [*CONDITION_ORDER, *sorted(k for k in conditions if k not in CONDITION_ORDER)]
+    for kind in order:
         if kind not in conditions:
             continue
         status, reason, message = conditions[kind]

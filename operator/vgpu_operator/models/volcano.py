@@ -20,8 +20,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from vgpu_operator import contract
-
 # Keys written by the HAMi device plugin and by the Volcano scheduler (reference §3.4, §3.5).
 REGISTER_ANNOTATION = "volcano.sh/node-vgpu-register"
 HANDSHAKE_ANNOTATION = "volcano.sh/node-vgpu-handshake"
@@ -42,11 +40,6 @@ HARDCODED_ALLOCATABLE = (
     "volcano.sh/vgpu-cores",
     "volcano.sh/vgpu-memory",
 )
-
-# Annotations the operator keeps on the ConfigMaps it renders. They belong with the other
-# annotation names in `contract`; kept here until the lead moves them.
-ANN_OWNED_ENTRIES = f"{contract.GROUP}/owned-entries"  # JSON {node: RFC 3339 of last change}
-ANN_DATA_CHANGED_AT = f"{contract.GROUP}/data-changed-at"  # RFC 3339 of the last data change
 
 
 class PayloadError(ValueError):

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.unit.volcano.volcano_fixtures import configmap, text
+from vgpu_operator.contract import ANN_DATA_CHANGED_AT, ANN_OWNED_ENTRIES
 from vgpu_operator.core.render import (
     RenderError,
     owned_entries,
@@ -17,7 +18,6 @@ from vgpu_operator.core.render import (
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import AscendVnpuSpec, FilterDevices, HamiCoreSpec
-from vgpu_operator.models.volcano import ANN_DATA_CHANGED_AT, ANN_OWNED_ENTRIES
 
 CFG = OperatorConfig()
 NOW = "2026-02-01T00:00:00Z"

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.volcano.volcano_fixtures import configmap, scheduler_cm, text
+from vgpu_operator.contract import ANN_OWNED_ENTRIES
 from vgpu_operator.core.render import (
     desired_nvidia,
     node_entry,
@@ -23,7 +24,6 @@ from vgpu_operator.core.render.node_config import NODE_FIELDS
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import HamiCoreSpec
-from vgpu_operator.models.volcano import ANN_OWNED_ENTRIES
 from vgpu_operator.models.volcano_views import parse_scheduler_conf
 
 NOW = "2026-02-01T00:00:00Z"

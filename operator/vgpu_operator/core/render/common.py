@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
-from vgpu_operator.models.volcano import ANN_DATA_CHANGED_AT
+from vgpu_operator.contract import ANN_DATA_CHANGED_AT
 
 
 class RenderError(ValueError):

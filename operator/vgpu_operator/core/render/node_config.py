@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+from vgpu_operator.contract import ANN_OWNED_ENTRIES
 from vgpu_operator.core.render.common import (
     Rendered,
     RenderError,
@@ -33,7 +34,6 @@ from vgpu_operator.core.render.common import (
 from vgpu_operator.models.config import ConfigMapRef, DeviceDefaults, OperatorConfig
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import FilterDevices
-from vgpu_operator.models.volcano import ANN_OWNED_ENTRIES
 
 NODE_FIELDS = frozenset(
     {

@@ -20,7 +20,6 @@ from vgpu_operator.core.render.device_config import existing_geometries
 from vgpu_operator.core.rules.base import Finding, ObjectRef, cm_ref, rule
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, DeviceConfigSource, annotations_of
 from vgpu_operator.models.volcano import (
-    ANN_DATA_CHANGED_AT,
     DEFAULT_DEVICE_CONFIG_NAME,
     PLUGIN_CM_NAMESPACES,
     NvidiaConfig,
@@ -196,7 +195,7 @@ def check_vnpus(s: ClusterSnapshot) -> list[Finding]:
 def _operator_manages(s: ClusterSnapshot) -> bool:
     cm = s.configmap(s.config.device_config.namespace, s.config.device_config.name)
     return any(contract.ANN_CONFIG in annotations_of(n) for n in s.nodes) or (
-        cm is not None and ANN_DATA_CHANGED_AT in annotations_of(cm)
+        cm is not None and contract.ANN_DATA_CHANGED_AT in annotations_of(cm)
     )
 
 

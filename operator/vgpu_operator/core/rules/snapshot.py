@@ -20,7 +20,6 @@ from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import (
-    ANN_DATA_CHANGED_AT,
     DEFAULT_DEVICE_CONFIG_NAME,
     PLUGIN_CM_NAMESPACES,
     REGISTER_ANNOTATION,
@@ -83,7 +82,7 @@ def pod_started(pod: Mapping[str, Any]) -> datetime | None:
 def data_changed_at(cm: Mapping[str, Any]) -> datetime | None:
     """When the ConfigMap's data last changed: the operator's stamp, else the newest
     managedFields entry that owns data, else its creation."""
-    stamped = parse_time(annotations_of(cm).get(ANN_DATA_CHANGED_AT))
+    stamped = parse_time(annotations_of(cm).get(contract.ANN_DATA_CHANGED_AT))
     if stamped:
         return stamped
     times = [

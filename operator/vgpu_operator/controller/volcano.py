@@ -1,0 +1,377 @@
+"""The configuration reconciler: keeps the Volcano scheduler and the HAMi device plugins
+consistent with the policies and the operator config, and says what is not.
+
+One task, woken by watches (the configured ConfigMaps, DaemonSets and the scheduler Deployment;
+Nodes whose released config, inventory or plugin registration changed; policies), by deferred
+restarts and by a periodic resync. A pass: read a `ClusterSnapshot`, in `enforce` mode write the
+differences of what the operator owns (`volcano_writes`) and restart what must re-read per the
+pure planner (`core.restarts`), then run every rule. Findings go out as the `ConfigConsistent`
+condition of each policy (through the policy reconciler, the only status writer), as Warning
+Events on the objects involved (once per finding) and as the `vgpu_operator_findings` metric.
+In `report` mode nothing is written to any Volcano/HAMi object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import kopf
+from kubernetes_asyncio import client
+
+from vgpu_operator.controller import metrics
+from vgpu_operator.controller.events import EventLike, EventPoster
+from vgpu_operator.controller.snapshot import configmap_refs, read_snapshot
+from vgpu_operator.controller.volcano_writes import (
+    Written,
+    enforce_configuration,
+    restart,
+    restart_inputs,
+)
+from vgpu_operator.core import restarts as planner
+from vgpu_operator.core.findings import (
+    CONDITION,
+    ConditionValue,
+    config_condition,
+    finding_counts,
+    finding_key,
+    new_finding_events,
+)
+from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef, run_rules
+from vgpu_operator.core.rules.snapshot import meta
+from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION
+
+if TYPE_CHECKING:
+    from vgpu_operator.controller.handlers import ControllerState
+
+log = logging.getLogger("vgpu_operator.volcano")
+
+API_VERSIONS = {"Deployment": "apps/v1", "DaemonSet": "apps/v1"}
+HISTORY = 1000  # writes and restarts remembered (for logs, tests and the demo)
+
+
+@dataclass
+class VolcanoOptions:
+    enabled: bool = True
+    debounce_seconds: float = 0.5  # gather a burst of events into one pass
+    min_pass_seconds: float = 2.0  # at most one pass this often (each pass lists Nodes and Pods)
+    resync_seconds: float = 300.0
+    restart_settle_seconds: float = 5.0  # quiet time after the last change before a restart
+    stranded_checks: tuple[float, ...] = (5.0, 30.0)  # passes after a restart, for stranded pods
+    events_per_pass: int = 20
+
+
+@dataclass(frozen=True)
+class _Event:
+    """What `EventPoster` posts."""
+
+    name: str
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class VolcanoReconciler:
+    api: client.ApiClient
+    config: OperatorConfig
+    post_event: Callable[[EventLike, Mapping[str, Any]], None]
+    options: VolcanoOptions = field(default_factory=VolcanoOptions)
+    on_findings_changed: Callable[[], None] = lambda: None
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    findings: list[Finding] | None = None  # of the last pass; None: not checked yet
+    passes: int = 0
+    restarted: list[planner.RestartAction] = field(default_factory=list)  # in order, all time
+    writes: list[Written] = field(default_factory=list)  # in order, all time
+    _ledger: dict[str, datetime] = field(default_factory=dict)
+    _posted: set[str] = field(default_factory=set)
+    _signature: frozenset[str] | None = None
+    _registered: dict[str, int] = field(default_factory=dict)
+    _scheduler_device: tuple[str, str] | None = None  # the ConfigMap the scheduler conf names
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _timers: list[asyncio.TimerHandle] = field(default_factory=list)
+
+    # -- requests ---------------------------------------------------------------------------
+    def request(self) -> None:
+        self._wake.set()
+
+    def request_at(self, when: datetime) -> None:
+        delay = max(0.0, (when - self.now()).total_seconds())
+        loop = asyncio.get_running_loop()
+        self._timers = [t for t in self._timers if not t.cancelled() and t.when() > loop.time()]
+        self._timers.append(loop.call_later(delay + 0.05, self.request))
+
+    def node_changed(self, name: str, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A node event: ask for a pass only when the plugin's registration changed (the
+        policy reconciler's handler already asks for one on released config changes)."""
+        if deleted:
+            if self._registered.pop(name, None) is not None:
+                self.request()
+            return
+        value = ((body.get("metadata") or {}).get("annotations") or {}).get(REGISTER_ANNOTATION)
+        alloc = (body.get("status") or {}).get("allocatable") or {}
+        digest = hash((value, tuple(sorted((k, str(v)) for k, v in alloc.items()))))
+        if self._registered.get(name) != digest:
+            first = name not in self._registered
+            self._registered[name] = digest
+            if not first or value is not None:
+                self.request()
+
+    def watches(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Is this one of the objects the rules read (filter for the watch handlers)?"""
+        cfg = self.config
+        if kind == "ConfigMap":
+            ref = (namespace or "", name)
+            return ref in configmap_refs(cfg) or ref == self._scheduler_device
+        if kind == "DaemonSet":
+            refs = {
+                (cfg.device_plugin.namespace, cfg.device_plugin.name),
+                (cfg.ascend_device_plugin.namespace, cfg.ascend_device_plugin.name),
+            }
+            return (namespace, name) in refs
+        if kind == "Deployment":
+            dep = cfg.scheduler.deployment
+            return (namespace, name) == (dep.namespace, dep.name)
+        return False
+
+    def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        last = -float("inf")
+        self.request()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.options.resync_seconds)
+            pause = max(
+                self.options.debounce_seconds,
+                self.options.min_pass_seconds - (time.monotonic() - last),
+            )
+            await asyncio.sleep(pause)
+            self._wake.clear()
+            last = time.monotonic()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("configuration pass failed; retrying")
+                self.request_at(self.now() + timedelta(seconds=5))
+
+    async def reconcile(self) -> None:
+        snapshot = await read_snapshot(self.api, self.config)
+        if self.config.mode == "enforce":
+            snapshot = await self._enforce(snapshot)
+        src = snapshot.scheduler_device_config
+        self._scheduler_device = (src.namespace, src.name)
+        results = run_rules(snapshot)
+        self.findings = results.findings
+        self.passes += 1
+        self._report(snapshot, results.findings)
+
+    # -- enforce ----------------------------------------------------------------------------
+    async def _enforce(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        now = self.now()
+        result = await enforce_configuration(self.api, snapshot, now)
+        if result.conflicts:
+            self.request()  # rendered from an outdated object: again on the newer one
+        if result.written:
+            self.writes = [*self.writes, *result.written][-HISTORY:]
+            for w in result.written:
+                log.info("wrote %s %s/%s: %s", w.kind, w.namespace, w.name, w.what)
+                self._post_normal(w.kind, w.namespace, w.name, w.uid, "ConfigRendered", w.what)
+            snapshot = await read_snapshot(self.api, self.config)
+        if result.plugin_args_patched:
+            ref = self.config.device_plugin
+            key = planner.daemonset_key(ref.namespace, ref.name)
+            self._ledger[key] = now  # the args change rolls the DaemonSet by itself
+        settings = planner.RestartSettings.from_config(
+            self.config, self.options.restart_settle_seconds
+        )
+        keep = max(settings.min_interval, timedelta(minutes=10))
+        self._ledger = planner.prune(self._ledger, now, keep)
+        plan = planner.plan_restarts(restart_inputs(snapshot), self._ledger, settings, now)
+        done = [a for a in plan.actions if await restart(self.api, a, now, snapshot)]
+        self._ledger = planner.record(self._ledger, done, now)
+        for action in done:
+            log.warning(
+                "restarted %s %s/%s: %s", action.kind, action.namespace, action.name, action.reason
+            )
+            self.restarted = [*self.restarted, action][-HISTORY:]
+            kind = {"rollout-deployment": "Deployment", "rollout-daemonset": "DaemonSet"}.get(
+                action.kind, "Pod"
+            )
+            self._post_normal(kind, action.namespace, action.name, "", "Restarted", action.reason)
+        if plan.wake_at is not None:
+            self.request_at(plan.wake_at)
+        if done:
+            for delay in self.options.stranded_checks:
+                self.request_at(now + timedelta(seconds=delay))
+        return snapshot
+
+    # -- reporting --------------------------------------------------------------------------
+    def _report(self, snapshot: ClusterSnapshot, findings: list[Finding]) -> None:
+        metrics.FINDINGS.clear()
+        for (rule_id, severity), n in finding_counts(findings).items():
+            metrics.FINDINGS.labels(rule=rule_id, severity=severity).set(n)
+        stranded = [
+            f for f in findings if f.id == "stranded-pods" and finding_key(f) not in self._posted
+        ]
+        for f in stranded:  # new ones: after a scheduler restart, the passes that follow find them
+            log.warning("stranded vGPU pod: %s Fix: %s", f.message, f.fix)
+        events, self._posted, left = new_finding_events(
+            findings, self._posted, self.options.events_per_pass
+        )
+        uids = _uids(snapshot)
+        for ev in events:
+            ref = _ref(ev.target, uids)
+            if ref["metadata"]["uid"] is None:
+                continue  # no such object (e.g. a missing ConfigMap): nothing to show it on
+            self.post_event(_Event(ev.target.name, "Warning", ev.reason, ev.message), ref)
+        if left:
+            self.request_at(self.now() + timedelta(seconds=self.options.min_pass_seconds))
+        signature = frozenset(finding_key(f) for f in findings)
+        if signature != self._signature:
+            self._signature = signature
+            self.on_findings_changed()
+
+    def _post_normal(
+        self, kind: str, namespace: str, name: str, uid: str, reason: str, message: str
+    ) -> None:
+        ref = {
+            "apiVersion": API_VERSIONS.get(kind, "v1"),
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace, "uid": uid or None},
+        }
+        self.post_event(_Event(name, "Normal", reason, message), ref)
+
+    def condition(self, nodes: frozenset[str]) -> ConditionValue | None:
+        if self.findings is None:
+            return None
+        return config_condition(self.findings, nodes, mode=self.config.mode)
+
+
+def _uids(s: ClusterSnapshot) -> dict[tuple[str, str, str], str]:
+    out: dict[tuple[str, str, str], str] = {}
+    for kind, items in (
+        ("ConfigMap", s.configmaps),
+        ("Deployment", s.deployments),
+        ("DaemonSet", s.daemonsets),
+        ("Node", s.nodes),
+        ("Pod", s.pods),
+    ):
+        for obj in items:
+            m = meta(obj)
+            out[(kind, str(m.get("namespace") or ""), str(m.get("name")))] = str(m.get("uid") or "")
+    return out
+
+
+def _ref(target: ObjectRef, uids: Mapping[tuple[str, str, str], str]) -> dict[str, Any]:
+    uid = uids.get((target.kind, target.namespace or "", target.name), "")
+    return {
+        "apiVersion": API_VERSIONS.get(target.kind, "v1"),
+        "kind": target.kind,
+        "metadata": {"name": target.name, "namespace": target.namespace, "uid": uid or None},
+    }
+
+
+# --- wiring into the controller -----------------------------------------------------------
+
+
+def policy_conditions(
+    state: ControllerState, policy: str, nodes: frozenset[str]
+) -> dict[str, ConditionValue]:
+    """The extra status conditions of a policy. Until the first pass has run, the policy keeps
+    the condition it has (a restarted operator then writes no status for the wait)."""
+    if not state.volcano_options.enabled:
+        return {}
+    value = state.volcano.condition(nodes) if state.volcano is not None else None
+    if value is None:
+        entry = (state.policies_index or {}).get(policy)
+        stored = next(iter(entry), None) if entry else None
+        for c in (getattr(stored, "status", None) or {}).get("conditions") or []:
+            if c.get("type") == CONDITION:
+                return {
+                    CONDITION: (
+                        c.get("status", "Unknown"),
+                        c.get("reason", ""),
+                        c.get("message", ""),
+                    )
+                }
+        return {}
+    return {CONDITION: value}
+
+
+def register(registry: kopf.OperatorRegistry, state: ControllerState) -> None:
+    """The configuration reconciler's startup, cleanup and watches."""
+    if not state.volcano_options.enabled:
+        return
+
+    def wanted(kind: str) -> Callable[..., bool]:
+        def when(name: str, namespace: str | None, **_: Any) -> bool:
+            return state.volcano is not None and state.volcano.watches(kind, namespace, name)
+
+        return when
+
+    posters: list[EventPoster] = []
+
+    @kopf.on.startup(registry=registry)
+    async def volcano_startup(**_: Any) -> None:
+        api = state.credentials.api_client(pool_size=16)
+        events = EventPoster(api)
+        posters.append(events)
+
+        def findings_changed() -> None:
+            if state.reconciler is not None:
+                state.reconciler.request_full()  # the policies' ConfigConsistent condition
+
+        state.volcano = VolcanoReconciler(
+            api=api,
+            config=state.config,
+            post_event=events,
+            options=state.volcano_options,
+            on_findings_changed=findings_changed,
+        )
+        state.volcano_task = asyncio.create_task(state.volcano.run(), name="vgpu-volcano")
+
+    @kopf.on.cleanup(registry=registry)
+    async def volcano_cleanup(**_: Any) -> None:
+        v, task = state.volcano, state.volcano_task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        for poster in posters:
+            await poster.drain()
+        if v is not None:
+            v.stop()
+            await v.api.close()
+
+    @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
+    def configmap_event(**_: Any) -> None:
+        if state.volcano is not None:
+            state.volcano.request()
+
+    @kopf.on.event("apps", "v1", "daemonsets", registry=registry, when=wanted("DaemonSet"))
+    def daemonset_event(**_: Any) -> None:
+        if state.volcano is not None:
+            state.volcano.request()
+
+    @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))
+    def deployment_event(**_: Any) -> None:
+        if state.volcano is not None:
+            state.volcano.request()
+
+    @kopf.on.event("nodes", registry=registry, id="volcano-registration")
+    def node_registration(type: str, name: str, body: kopf.Body, **_: Any) -> None:
+        if state.volcano is not None:
+            state.volcano.node_changed(name, body, deleted=type == "DELETED")

@@ -1,0 +1,170 @@
+"""A simulated HAMi volcano-vgpu device plugin for the local control plane.
+
+The real plugin needs NVML and a kubelet. Here its DaemonSet runs for real (the controller
+manager creates its pods, kube-scheduler places them, kwok marks them Running); this stands in
+for the process inside each pod: once per pod (and again when the pod is replaced), it reads
+what the real plugin reads at start — the node-config ConfigMap its DaemonSet mounts at
+/config, the device ConfigMap `volcano-vgpu-device-config` (kube-system, then volcano-system),
+its image version and args — and writes the node's `volcano.sh/node-vgpu-register` (and, up to
+v1.12.0, handshake) annotation and the allocatable it would register, computed by
+`fakeplugin.simulate_registration`. Nodes without GPUs get nothing (the real plugin fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from vgpu_operator import kubeapi
+from vgpu_operator.core.render.plugin_args import PLUGIN_IMAGE_HINT
+from vgpu_operator.devcluster.fakeplugin import PluginRegistration, simulate_registration
+from vgpu_operator.models.volcano import DEFAULT_DEVICE_CONFIG_NAME, PLUGIN_CM_NAMESPACES
+from vgpu_operator.models.volcano_views import WorkloadView, workload_view
+
+log = logging.getLogger("vgpu_operator.pluginsim")
+FIELD_MANAGER = "volcano-device-plugin-sim"
+
+
+@dataclass(frozen=True)
+class Registration:
+    node: str
+    pod: str
+    pod_uid: str
+    mode: str
+    problem: str | None
+
+
+@dataclass
+class PluginSimulator:
+    """`await sim.sync()` once, or `sim.start()` / `await sim.stop()` around a test."""
+
+    api: Any  # a kubernetes_asyncio ApiClient (admin: it writes Nodes as the plugin would)
+    namespace: str = "kube-system"
+    name: str = "volcano-device-plugin"
+    interval: float = 0.2
+    registrations: list[Registration] = field(default_factory=list)
+    _done: set[str] = field(default_factory=set)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> PluginSimulator:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="plugin-sim")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("plugin simulator pass failed")
+            await asyncio.sleep(self.interval)
+
+    def registered(self, node: str) -> list[Registration]:
+        return [r for r in self.registrations if r.node == node]
+
+    async def sync(self) -> list[Registration]:
+        """Register for every Running plugin pod not handled yet; returns what it did."""
+        try:
+            ds = await kubeapi.request(
+                self.api, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.name}"
+            )
+        except kubeapi.NotFound:
+            return []
+        view = workload_view(ds)
+        selector = ",".join(f"{k}={v}" for k, v in view.match_labels.items())
+        pods = await kubeapi.request(
+            self.api,
+            "GET",
+            f"/api/v1/namespaces/{self.namespace}/pods",
+            query={"labelSelector": selector},
+        )
+        done: list[Registration] = []
+        for pod in pods.get("items") or []:
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            uid, node = str(meta.get("uid")), spec.get("nodeName")
+            running = (pod.get("status") or {}).get("phase") == "Running"
+            if uid in self._done or not node or not running or meta.get("deletionTimestamp"):
+                continue
+            reg = await self._register(view, pod, str(node))
+            self._done.add(uid)
+            record = Registration(str(node), str(meta.get("name")), uid, reg.mode, reg.problem)
+            self.registrations.append(record)
+            done.append(record)
+        return done
+
+    async def _configmap_text(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            cm = await kubeapi.request(
+                self.api, "GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+            )
+        except kubeapi.NotFound:
+            return None
+        value = (cm.get("data") or {}).get(key)
+        return str(value) if value is not None else None
+
+    async def _node_config(self, view: WorkloadView) -> str | None:
+        """config.json from the ConfigMap mounted at /config, as the plugin container sees it."""
+        container = view.container(None, PLUGIN_IMAGE_HINT)
+        volumes = view.configmap_volumes()
+        for mount in container.volume_mounts if container else ():
+            if str(mount.get("mountPath", "")).rstrip("/") == "/config":
+                cm = volumes.get(str(mount.get("name")))
+                return await self._configmap_text(view.namespace, cm, "config.json") if cm else None
+        return None
+
+    async def _register(
+        self, view: WorkloadView, pod: dict[str, Any], node: str
+    ) -> PluginRegistration:
+        container = view.container(None, PLUGIN_IMAGE_HINT)
+        device_text = None
+        for ns in PLUGIN_CM_NAMESPACES:
+            device_text = await self._configmap_text(
+                ns, DEFAULT_DEVICE_CONFIG_NAME, "device-config.yaml"
+            )
+            if device_text is not None:
+                break
+        node_obj = await kubeapi.request(self.api, "GET", kubeapi.node_path(node))
+        reg = simulate_registration(
+            node_obj,
+            await self._node_config(view),
+            device_text,
+            version=container.version if container else None,
+            args=container.args if container else (),
+            now=datetime.now(UTC).isoformat(),
+        )
+        if reg.problem or not reg.gpus:
+            log.info("plugin pod on %s registers nothing: %s", node, reg.problem or "no GPUs")
+            return reg
+        await kubeapi.request(
+            self.api,
+            "PATCH",
+            kubeapi.node_path(node),
+            body=reg.metadata_patch(),
+            content_type=kubeapi.MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
+        )
+        try:
+            await kubeapi.request(
+                self.api,
+                "PATCH",
+                kubeapi.node_path(node) + "/status",
+                body=reg.status_patch(),
+                content_type=kubeapi.MERGE_PATCH,
+                field_manager=FIELD_MANAGER,
+            )
+        except kubeapi.ApiException as exc:  # e.g. a resource name kubelet would refuse too
+            problem = f"kubelet would not register {sorted(reg.allocatable)}: {exc.status}"
+            log.info("plugin pod on %s: %s", node, problem)
+            return replace(reg, problem=problem)
+        return reg

@@ -1,0 +1,181 @@
+"""The configuration reconciler's pure seams: what the restart planner is given, read off a
+snapshot; which watched objects wake it; what node events wake it; the condition a policy
+gets before and after the first check."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_STARTED, edit, healthy
+from vgpu_operator import contract
+from vgpu_operator.controller.handlers import ControllerState
+from vgpu_operator.controller.kube import Credentials
+from vgpu_operator.controller.volcano import VolcanoReconciler, policy_conditions
+from vgpu_operator.controller.volcano_writes import (
+    installed,
+    on_delete_pods,
+    released_configs,
+    restart_inputs,
+)
+from vgpu_operator.core.findings import CONDITION
+from vgpu_operator.core.restarts import RESTARTED_AT, RestartAction, RestartSettings, plan_restarts
+from vgpu_operator.core.rules import Finding, ObjectRef
+from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION
+
+
+def t(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def reconciler(config: OperatorConfig | None = None) -> VolcanoReconciler:
+    no_api: Any = None  # these tests make no request
+    return VolcanoReconciler(
+        api=no_api, config=config or OperatorConfig(), post_event=lambda *_: None
+    )
+
+
+def test_restart_inputs_of_a_consistent_cluster_need_no_restart() -> None:
+    snap = healthy()
+    inputs = restart_inputs(snap)
+    assert inputs.scheduler is not None and inputs.plugin is not None
+    assert inputs.scheduler.pod_starts == (t(T_STARTED),)
+    assert sorted(p.node for p in inputs.plugin_pods) == ["gpu-a", "gpu-b"]
+    assert inputs.plugin_reads_changed == t(T_CHANGED)
+    assert inputs.node_entries_changed == {"gpu-a": t(T_CHANGED), "gpu-b": t(T_CHANGED)}
+    plan = plan_restarts(inputs, {}, RestartSettings(), t("2026-02-01T00:00:00Z"))
+    assert plan.actions == ()
+
+
+def test_restart_inputs_see_a_stale_plugin_and_a_rollout_under_way() -> None:
+    snap = edit(
+        healthy(),
+        "pods",
+        "volcano-device-plugin-gpu-a",
+        lambda p: p["status"].update(startTime="2026-01-01T12:00:00Z"),
+    )
+    snap = edit(
+        snap,
+        "deployments",
+        "volcano-scheduler",
+        lambda d: (
+            d["spec"]["template"]
+            .setdefault("metadata", {})
+            .update(annotations={RESTARTED_AT: "2026-01-05T00:00:00Z"})
+        ),
+    )
+    inputs = restart_inputs(snap)
+    assert inputs.scheduler is not None
+    assert inputs.scheduler.restarted_at == t("2026-01-05T00:00:00Z")
+    plan = plan_restarts(inputs, {}, RestartSettings(), t("2026-02-01T00:00:00Z"))
+    assert [(a.kind, a.name) for a in plan.actions] == [
+        ("rollout-daemonset", "volcano-device-plugin")
+    ]
+
+
+def test_restart_inputs_count_the_operators_edit_of_the_scheduler_conf() -> None:
+    snap = edit(
+        healthy(),
+        "configmaps",
+        "volcano-scheduler-configmap",
+        lambda c: c["metadata"]["annotations"].update(
+            {contract.ANN_DATA_CHANGED_AT: "2026-01-04T00:00:00Z"}
+        ),
+    )
+    inputs = restart_inputs(snap)
+    assert inputs.scheduler_reads_changed == t("2026-01-04T00:00:00Z")
+    plan = plan_restarts(inputs, {}, RestartSettings(), t("2026-02-01T00:00:00Z"))
+    assert [a.kind for a in plan.actions] == ["rollout-deployment"]
+
+
+def test_what_is_installed_and_managed() -> None:
+    snap = healthy()
+    assert installed(snap)
+    assert set(released_configs(snap)) == {"gpu-a", "gpu-b"}
+    bare = edit(
+        snap, "nodes", "gpu-a", lambda n: n["metadata"]["annotations"].pop(contract.ANN_CONFIG)
+    )
+    assert set(released_configs(bare)) == {"gpu-b"}
+    empty = type(snap)(config=snap.config, nodes=snap.nodes)
+    assert not installed(empty)
+
+
+def test_watch_filter_names_the_objects_the_rules_read() -> None:
+    r = reconciler()
+    assert r.watches("ConfigMap", "kube-system", "volcano-vgpu-device-config")
+    assert r.watches("ConfigMap", "volcano-system", "volcano-scheduler-configmap")
+    assert not r.watches("ConfigMap", "kube-system", "coredns")
+    assert r.watches("DaemonSet", "kube-system", "volcano-device-plugin")
+    assert not r.watches("DaemonSet", "kube-system", "kube-proxy")
+    assert r.watches("Deployment", "volcano-system", "volcano-scheduler")
+    assert not r.watches("Deployment", "volcano-system", "volcano-admission")
+    r._scheduler_device = ("team", "my-device-config")  # what the scheduler conf points at
+    assert r.watches("ConfigMap", "team", "my-device-config")
+
+
+def test_node_events_wake_it_only_when_the_registration_changes() -> None:
+    r = reconciler()
+
+    def body(register: str | None, alloc: str = "20") -> dict[str, Any]:
+        ann = {REGISTER_ANNOTATION: register} if register is not None else {}
+        return {
+            "metadata": {"annotations": ann},
+            "status": {"allocatable": {"volcano.sh/vgpu-number": alloc}},
+        }
+
+    r.node_changed("n", body(None))
+    assert not r._wake.is_set()  # a node without a plugin, first seen
+    r.node_changed("n", body("GPU-1,10,24564,NVIDIA-x,true,hami-core:"))
+    assert r._wake.is_set()
+    r._wake.clear()
+    r.node_changed("n", body("GPU-1,10,24564,NVIDIA-x,true,hami-core:"))
+    assert not r._wake.is_set()  # a heartbeat
+    r.node_changed("n", body("GPU-1,10,24564,NVIDIA-x,true,hami-core:", alloc="10"))
+    assert r._wake.is_set()
+    r._wake.clear()
+    r.node_changed("n", {}, deleted=True)
+    assert r._wake.is_set()
+
+
+def test_policy_condition_before_and_after_the_first_check() -> None:
+    state = ControllerState(credentials=Credentials(server="https://x", token="t", ca_path=None))
+    assert policy_conditions(state, "p", frozenset()) == {}  # nothing known, nothing stored
+
+    stored = {"conditions": [{"type": CONDITION, "status": "False", "reason": "R", "message": "m"}]}
+    state.policies_index = {"p": [SimpleNamespace(status=stored)]}
+    # before the first check the policy keeps what it has: no status write for the wait
+    assert policy_conditions(state, "p", frozenset()) == {CONDITION: ("False", "R", "m")}
+    state.volcano = reconciler()
+    state.volcano.findings = [
+        Finding(
+            id="node-registration",
+            severity="error",
+            objects=(ObjectRef(kind="Node", name="other"),),
+            message="m",
+            fix="f",
+        )
+    ]
+    assert policy_conditions(state, "p", frozenset({"mine"}))[CONDITION][0] == "True"
+    assert policy_conditions(state, "p", frozenset({"other"}))[CONDITION][0] == "False"
+    state.volcano_options.enabled = False
+    assert policy_conditions(state, "p", frozenset()) == {}
+
+
+def test_an_on_delete_daemonset_is_restarted_by_deleting_its_pods() -> None:
+    action = RestartAction("rollout-daemonset", "kube-system", "volcano-device-plugin", "k", "r")
+    snap = healthy()
+    assert on_delete_pods(snap, action) == []  # RollingUpdate: the template change does it
+    on_delete = edit(
+        snap,
+        "daemonsets",
+        "volcano-device-plugin",
+        lambda d: d["spec"].update(updateStrategy={"type": "OnDelete"}),
+    )
+    assert sorted(on_delete_pods(on_delete, action)) == [
+        "volcano-device-plugin-gpu-a",
+        "volcano-device-plugin-gpu-b",
+    ]
+    other = RestartAction("rollout-deployment", "volcano-system", "volcano-scheduler", "k", "r")
+    assert on_delete_pods(on_delete, other) == []
