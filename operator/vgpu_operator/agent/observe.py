@@ -13,6 +13,7 @@ from typing import Literal
 
 from vgpu_operator.agent.parse import GpuRow, PlacementRow, ProcRow, ProfileRow
 from vgpu_operator.agent.smi import NvidiaSmi
+from vgpu_operator.core.mig import profile_info
 from vgpu_operator.core.mig_catalog import GpuModel, model_for_name
 from vgpu_operator.models.inventory import (
     ComputeInstance,
@@ -105,18 +106,7 @@ def _profiles(
     if out:
         return out, "driver"
     if model is not None and model.mig_capable and row.mig_current is not None:
-        return [
-            ProfileInfo(
-                id=p.id,
-                name=p.name,
-                slices=p.slices,
-                memory_mib=p.memory_mib,
-                count=p.max_count,
-                size=p.size,
-                placements=list(p.placements),
-            )
-            for p in model.profiles
-        ], "catalog"
+        return [profile_info(p) for p in model.profiles], "catalog"
     return [], "none"
 
 

@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import combinations
 
-from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES, GpuModel, model_for_name
+from vgpu_operator.core.mig_catalog import (
+    CI_PROFILE_BY_SLICES,
+    GpuModel,
+    MigProfile,
+    model_for_name,
+)
 from vgpu_operator.core.mig_layout import GpuTarget, LayoutError, resolve_targets
 from vgpu_operator.core.mig_place import Geometry, Placed, Shape, geometry_of_gpu, solve
 from vgpu_operator.models.inventory import (
@@ -125,6 +130,19 @@ class Plan:
     @property
     def ok(self) -> bool:
         return not self.errors and not any(g.error for g in self.gpus)
+
+
+def profile_info(profile: MigProfile) -> ProfileInfo:
+    """A catalog profile as the inventory reports it (for GPUs whose driver gives no table)."""
+    return ProfileInfo(
+        id=profile.id,
+        name=profile.name,
+        slices=profile.slices,
+        memory_mib=profile.memory_mib,
+        count=profile.max_count,
+        size=profile.size,
+        placements=list(profile.placements),
+    )
 
 
 def plan_node(observed: Inventory, desired: NodeConfig | None, previous: NodeConfig | None) -> Plan:
@@ -264,18 +282,7 @@ def synthetic_gpu(model: GpuModel, index: int, *, mig: bool = False) -> GpuInfo:
         mig_capable=model.mig_capable,
         mig_current=mig if model.mig_capable else None,
         mig_pending=mig if model.mig_capable else None,
-        profiles=[
-            ProfileInfo(
-                id=p.id,
-                name=p.name,
-                slices=p.slices,
-                memory_mib=p.memory_mib,
-                count=p.max_count,
-                size=p.size,
-                placements=list(p.placements),
-            )
-            for p in model.profiles
-        ],
+        profiles=[profile_info(p) for p in model.profiles],
         profiles_source="catalog" if model.mig_capable else "none",
     )
 

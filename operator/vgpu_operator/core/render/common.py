@@ -7,11 +7,12 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
@@ -102,6 +103,17 @@ class RoundTrip:
         out = io.StringIO()
         self._yaml.dump(doc, out)
         return out.getvalue()
+
+
+def load_mapping(text: str, what: str, verb: str) -> tuple[RoundTrip, MutableMapping[Any, Any]]:
+    """Round-trip-load a YAML document that must be a mapping (empty: a new one)."""
+    rt = RoundTrip(text)
+    doc = rt.load()
+    if doc is None:
+        doc = CommentedMap()
+    if not isinstance(doc, MutableMapping):
+        raise RenderError(f"{what} is not a YAML mapping; refusing to {verb} it")
+    return rt, doc
 
 
 def keep_trailing_newline(original: str, rendered: str) -> str:

@@ -27,6 +27,7 @@ from vgpu_operator.core.render.common import (
     RoundTrip,
     cm_data,
     keep_trailing_newline,
+    load_mapping,
     number,
     plain,
     stamp,
@@ -98,12 +99,7 @@ def render_device_config(
     """
     ref = config.device_config
     current = cm_data(cm).get(ref.key, "")
-    rt = RoundTrip(current)
-    doc = rt.load()
-    if doc is None:
-        doc = CommentedMap()
-    if not isinstance(doc, MutableMapping):
-        raise RenderError(f"{ref.name}/{ref.key} is not a YAML mapping; refusing to overwrite it")
+    rt, doc = load_mapping(current, f"{ref.name}/{ref.key}", "overwrite")
     notes: list[str] = []
     changed = False
     nvidia = doc.get("nvidia")

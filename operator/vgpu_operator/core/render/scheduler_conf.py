@@ -22,9 +22,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from vgpu_operator.core.render.common import (
     Rendered,
     RenderError,
-    RoundTrip,
     cm_data,
     keep_trailing_newline,
+    load_mapping,
     stamp,
 )
 from vgpu_operator.models.config import OperatorConfig
@@ -126,12 +126,7 @@ def render_scheduler_conf(
             "conf but does not create one"
         )
     current = cm_data(cm).get(ref.key, "")
-    rt = RoundTrip(current)
-    doc = rt.load()
-    if doc is None:
-        doc = CommentedMap()
-    if not isinstance(doc, MutableMapping):
-        raise RenderError(f"{ref.name}/{ref.key} is not a YAML mapping; refusing to edit it")
+    rt, doc = load_mapping(current, f"{ref.name}/{ref.key}", "edit")
     plugin, changed = _ensure_plugins(doc)
     args = plugin.get("arguments")
     if not isinstance(args, MutableMapping):
