@@ -40,9 +40,10 @@ test: setup controlplane lint
 	@$(MAKE) --no-print-directory check-leftovers
 
 # No control-plane process of the test session may outlive it.
+# ([v] keeps pgrep from matching this very shell command line.)
 check-leftovers:
-	@if pgrep -af 'vgpu-testcluster-' >/dev/null; then \
-	  echo "control-plane processes left running after the tests:"; pgrep -af 'vgpu-testcluster-'; exit 1; \
+	@if pgrep -af '[v]gpu-testcluster-' >/dev/null; then \
+	  echo "control-plane processes left running after the tests:"; pgrep -af '[v]gpu-testcluster-'; exit 1; \
 	else echo "==> no control-plane process left running"; fi
 
 demo: setup controlplane
