@@ -14,6 +14,7 @@ Usage: python bench/convergence.py [N ...]   (default: 500 1000)
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections import Counter
@@ -75,22 +76,31 @@ async def operator_run(api: Any, pool: str, n: int) -> float:
     done = asyncio.Event()
 
     async def watch() -> None:
-        from kubernetes_asyncio import client
-        from kubernetes_asyncio import watch as kwatch
-
-        core = client.CoreV1Api(api)
-        w = kwatch.Watch()
-        async with w.stream(
-            core.list_node, label_selector=selector, resource_version=rv, timeout_seconds=600
-        ) as stream:
-            async for event in stream:
-                obj = event["object"]
-                taints = obj.spec.taints or []
-                if any(t.key == contract.DEFAULT_TAINT_KEY for t in taints):
-                    seen.add(obj.metadata.name)
-                if len(seen) >= n:
-                    done.set()
-                    return
+        # Raw JSON lines, no typed models: the observer must not load the process it measures.
+        raw: Any = api
+        resp = await raw.call_api(
+            kubeapi.node_path(),
+            "GET",
+            query_params=[
+                ("watch", "true"),
+                ("labelSelector", selector),
+                ("resourceVersion", rv),
+                ("timeoutSeconds", "600"),
+            ],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
+        async for line in resp.content:
+            obj = json.loads(line)["object"]
+            taints = (obj.get("spec") or {}).get("taints") or []
+            if any(t.get("key") == contract.DEFAULT_TAINT_KEY for t in taints):
+                seen.add(obj["metadata"]["name"])
+            if len(seen) >= n:
+                done.set()
+                resp.close()
+                return
 
     watcher = asyncio.create_task(watch())
     await asyncio.sleep(0.5)
@@ -116,6 +126,9 @@ def writes(cluster: LocalCluster, user: str, offset: int, names: set[str]) -> Co
 
 
 async def main(sizes: list[int]) -> None:
+    """Per N: the floor runs first with no operator (its nodes would otherwise look like nodes
+    of a deleted policy to the operator, which would release them); then its nodes are deleted,
+    the operator starts, settles, and the policy is created."""
     with LocalCluster.run(prefix="vgpu-bench-", with_scheduler=False) as cluster:
         admin = Credentials(
             server=cluster.server, token=cluster.tokens["admin"], ca_path=str(cluster.ca_file)
@@ -124,41 +137,41 @@ async def main(sizes: list[int]) -> None:
         api = admin.api_client(pool_size=CONCURRENCY + 8)
         async with api:
             credentials = await install_operator_access(api)
-            operator = OperatorThread(
-                credentials, options=ReconcilerOptions(concurrency=CONCURRENCY)
-            ).start()
-            try:
-                print(
-                    f"{'N':>6} {'floor s':>9} {'operator s':>11} {'ratio':>6} "
-                    f"{'floor w/node':>13} {'op w/node':>10}"
-                )
-                for n in sizes:
-                    pools = {}
-                    for role in ("floor", "op"):
-                        pool = f"{role}{n}"
-                        specs = [
-                            NodeSpec(
-                                f"{pool}-{i}", "A100-SXM4-80GB", 8, labels={"bench/pool": pool}
-                            )
-                            for i in range(n)
-                        ]
-                        await create_gpu_nodes(api, specs, timeout=600)
-                        pools[role] = (pool, {s.name for s in specs})
-                    await asyncio.sleep(3)  # let the operator digest the new nodes (no writes)
-                    offset = cluster.audit_offset()
-                    floor_s = await floor(api, pools["floor"][0])
-                    floor_w = writes(cluster, "admin", offset, pools["floor"][1])
+            print(
+                f"{'N':>6} {'floor s':>9} {'operator s':>11} {'ratio':>6} "
+                f"{'floor w/node':>13} {'op w/node':>10}"
+            )
+            for n in sizes:
+                pools = {}
+                for role in ("floor", "op"):
+                    pool = f"{role}{n}"
+                    specs = [
+                        NodeSpec(f"{pool}-{i}", "A100-SXM4-80GB", 8, labels={"bench/pool": pool})
+                        for i in range(n)
+                    ]
+                    await create_gpu_nodes(api, specs, timeout=600)
+                    pools[role] = (pool, {s.name for s in specs})
+                offset = cluster.audit_offset()
+                floor_s = await floor(api, pools["floor"][0])
+                floor_w = writes(cluster, "admin", offset, pools["floor"][1])
+                for name in pools["floor"][1]:
+                    await kubeapi.request(api, "DELETE", kubeapi.node_path(name))
+                operator = OperatorThread(
+                    credentials, options=ReconcilerOptions(concurrency=CONCURRENCY)
+                ).start()
+                try:
+                    await asyncio.sleep(5)  # initial listing and first pass (no writes)
                     offset = cluster.audit_offset()
                     op_s = await operator_run(api, pools["op"][0], n)
                     await asyncio.sleep(1)
                     op_w = writes(cluster, OPERATOR_USER, offset, pools["op"][1])
-                    print(
-                        f"{n:>6} {floor_s:>9.2f} {op_s:>11.2f} {op_s / floor_s:>6.2f} "
-                        f"{sum(floor_w.values()) / n:>13.2f} {sum(op_w.values()) / n:>10.2f}",
-                        flush=True,
-                    )
-            finally:
-                operator.stop()
+                finally:
+                    operator.stop()
+                print(
+                    f"{n:>6} {floor_s:>9.2f} {op_s:>11.2f} {op_s / floor_s:>6.2f} "
+                    f"{sum(floor_w.values()) / n:>13.2f} {sum(op_w.values()) / n:>10.2f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

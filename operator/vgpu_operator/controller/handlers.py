@@ -162,7 +162,12 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
             state.work.request_nodes([])  # statuses count nodes: recompute them
             _nudge_volcano(state)
             return
-        facts = node_facts(body)
+        # The index has already parsed this event's body: reuse it instead of parsing again.
+        store = kwargs[NODES_INDEX].get(name)
+        facts = _first(store) if store else None
+        rv = body.get("metadata", {}).get("resourceVersion")
+        if facts is None or facts.resource_version != rv:
+            facts = node_facts(body)
         previous = state.seen_nodes.get(name)
         state.seen_nodes[name] = facts
         if previous is not None and _same_facts(previous, facts):
