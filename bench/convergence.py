@@ -160,7 +160,11 @@ async def main(sizes: list[int]) -> None:
                     credentials, options=ReconcilerOptions(concurrency=CONCURRENCY)
                 ).start()
                 try:
-                    await asyncio.sleep(5)  # initial listing and first pass (no writes)
+                    # The initial listing of every node and the first pass (no writes) must be
+                    # over before the clock starts: that is start-up, not convergence.
+                    while operator.passes < 1:
+                        await asyncio.sleep(0.2)
+                    await asyncio.sleep(2)
                     offset = cluster.audit_offset()
                     op_s = await operator_run(api, pools["op"][0], n)
                     await asyncio.sleep(1)
