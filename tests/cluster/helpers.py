@@ -14,6 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from vgpu_operator.devcluster.cluster import LocalCluster
+from vgpu_operator.kubeapi import MERGE_PATCH, policy_path, request
 
 
 @dataclass
@@ -47,3 +48,15 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s: {check.__name__}")
         await asyncio.sleep(interval)
+
+
+async def patch_spec(api: client.ApiClient, policy: str, spec: dict[str, Any]) -> None:
+    """Merge-patch a VGPUNodePolicy's spec as a user would (`kubectl patch --type=merge`)."""
+    await request(
+        api,
+        "PATCH",
+        policy_path(policy),
+        body={"spec": spec},
+        content_type=MERGE_PATCH,
+        field_manager=None,
+    )

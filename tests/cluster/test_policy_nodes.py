@@ -11,6 +11,7 @@ from tests.cluster.helpers import (
     NodeFactory,
     PolicyFactory,
     eventually,
+    patch_spec,
     unique,
 )
 from vgpu_operator import contract
@@ -139,14 +140,7 @@ async def test_policy_label_change_swaps_labels(
     nodes = await make_nodes("H100-80GB-HBM3", 2, labels={"test/pool": pool})
     name = await policies("swap", hami_policy(pool, nodeLabels={"old/label": "x"}))
     await wait_nodes(api, nodes, lambda o: labels(o).get("old/label") == "x")
-    await request(
-        api,
-        "PATCH",
-        policy_path(name),
-        body={"spec": {"nodeLabels": {"old/label": None, "new/label": "y"}}},
-        content_type=MERGE_PATCH,
-        field_manager=None,
-    )
+    await patch_spec(api, name, {"nodeLabels": {"old/label": None, "new/label": "y"}})
     await wait_nodes(
         api,
         nodes,
@@ -180,14 +174,7 @@ async def test_excluded_node_is_untouched_and_suspended_policy_changes_nothing(
     assert clean(before)
 
     # Suspend, then change the spec and add a node: nothing moves while suspended.
-    await request(
-        api,
-        "PATCH",
-        policy_path(name),
-        body={"spec": {"suspend": True, "nodeLabels": {"suspended/edit": "1"}}},
-        content_type=MERGE_PATCH,
-        field_manager=None,
-    )
+    await patch_spec(api, name, {"suspend": True, "nodeLabels": {"suspended/edit": "1"}})
     [late] = await make_nodes("A30", 1, labels={"test/pool": pool})
 
     async def observed_suspended() -> bool:
@@ -202,14 +189,7 @@ async def test_excluded_node_is_untouched_and_suspended_policy_changes_nothing(
     ] or clean(await node(api, excluded))
 
     # Resume: the edit and the late node are applied.
-    await request(
-        api,
-        "PATCH",
-        policy_path(name),
-        body={"spec": {"suspend": False}},
-        content_type=MERGE_PATCH,
-        field_manager=None,
-    )
+    await patch_spec(api, name, {"suspend": False})
     await wait_nodes(api, [member, late], lambda o: labels(o).get("suspended/edit") == "1")
     assert clean(await node(api, excluded))
 
@@ -247,14 +227,7 @@ async def test_equal_priority_overlap_is_a_conflict_and_higher_priority_wins(
     assert taints(after) == taints(configured)
 
     # Raising b's priority resolves it: b wins, its mode applies, a's conflict clears.
-    await request(
-        api,
-        "PATCH",
-        policy_path(b),
-        body={"spec": {"priority": 6}},
-        content_type=MERGE_PATCH,
-        field_manager=None,
-    )
+    await patch_spec(api, b, {"priority": 6})
     await wait_nodes(
         api,
         [shared],
@@ -292,14 +265,7 @@ async def test_ready_and_observed_generation_follow_kstatus(
         )
 
     await eventually(lambda: ready_at(1), timeout=30)
-    await request(
-        api,
-        "PATCH",
-        policy_path(name),
-        body={"spec": {"hamiCore": {"deviceSplitCount": 4}}},
-        content_type=MERGE_PATCH,
-        field_manager=None,
-    )
+    await patch_spec(api, name, {"hamiCore": {"deviceSplitCount": 4}})
     await eventually(lambda: ready_at(2), timeout=30)
     await wait_nodes(
         api,

@@ -9,11 +9,18 @@ from collections import Counter
 
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
+from tests.cluster.helpers import (
+    ClusterUnderTest,
+    NodeFactory,
+    PolicyFactory,
+    eventually,
+    patch_spec,
+    unique,
+)
 from tests.cluster.test_policy_nodes import clean, configured_by, hami_policy, labels, wait_nodes
 from vgpu_operator.controller.app import OperatorThread
 from vgpu_operator.devcluster.install import OPERATOR_USER
-from vgpu_operator.kubeapi import MERGE_PATCH, policy_path, request
+from vgpu_operator.kubeapi import request
 
 
 def node_writes(cluster: ClusterUnderTest, offset: int) -> Counter[tuple[str, str]]:
@@ -82,13 +89,8 @@ async def test_zero_writes_idle_and_after_restart_one_patch_per_node_on_change(
 
         # Positive control in the same test: one policy change -> exactly one PATCH per node.
         offset = local.audit_offset()
-        await request(
-            api,
-            "PATCH",
-            policy_path(name),
-            body={"spec": {"nodeLabels": {"volcano.sh/vgpu.enabled": "true", "tier": "gold"}}},
-            content_type=MERGE_PATCH,
-            field_manager=None,
+        await patch_spec(
+            api, name, {"nodeLabels": {"volcano.sh/vgpu.enabled": "true", "tier": "gold"}}
         )
         await wait_nodes(api, nodes, lambda o: labels(o).get("tier") == "gold")
         await asyncio.sleep(1)
