@@ -74,7 +74,6 @@ class Reconciler:
     _full: bool = False
     _nodes: set[str] = field(default_factory=set)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _idle: asyncio.Event = field(default_factory=asyncio.Event)
     # Writes this process made that the watch may not have delivered yet (node -> object).
     _fresh: dict[str, NodeFacts] = field(default_factory=dict)
     _written_status: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -86,21 +85,16 @@ class Reconciler:
     # -- requests (called by handlers) ------------------------------------------------------
     def request_full(self) -> None:
         self._full = True
-        self._idle.clear()
         self._wake.set()
 
     def request_nodes(self, names: Iterable[str]) -> None:
         self._nodes.update(names)
-        self._idle.clear()
         self._wake.set()
 
     def _retry_soon(self) -> None:
         """Another full pass after a short pause (the watch may still be catching up)."""
         loop = asyncio.get_running_loop()
         loop.call_later(1.0, self.request_full)
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -128,8 +122,6 @@ class Reconciler:
                 self._full = True
                 self._wake.set()
                 continue
-            if not self._wake.is_set():
-                self._idle.set()
 
     async def reconcile(self, *, full: bool, only: set[str]) -> None:
         """One pass. A node-triggered pass plans only the requested nodes (selection is per
