@@ -47,7 +47,7 @@ from vgpu_operator.core.rules.snapshot import (
     pod_done,
     pod_started,
 )
-from vgpu_operator.core.status import timestamp
+from vgpu_operator.core.status import change_stamp
 from vgpu_operator.models.config import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano_views import WorkloadView, workload_view
@@ -155,7 +155,7 @@ async def enforce_configuration(
     if not installed(s):
         return result
     cfg = s.config
-    stamp = timestamp(now)
+    stamp = change_stamp(now)
     released = released_configs(s)
 
     ref = cfg.device_config
@@ -329,7 +329,8 @@ async def restart(
             await kubeapi.request(api, "DELETE", pod_path(action.namespace, action.name))
             return True
         kind = "Deployment" if action.kind == "rollout-deployment" else "DaemonSet"
-        body = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: timestamp(now)}}}}}
+        restarted = {RESTARTED_AT: change_stamp(now)}
+        body = {"spec": {"template": {"metadata": {"annotations": restarted}}}}
         await kubeapi.request(
             api,
             "PATCH",

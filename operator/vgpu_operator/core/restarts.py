@@ -15,6 +15,9 @@ waits `settle` after the last of them, so it happens once) and restart-safe (an 
 does not repeat a rollout already under way). It is rate-limited: the same component is not
 restarted again within `minIntervalSeconds` of the previous restart (a scheduler restart can
 strand pending vGPU pods, §9); what has to wait is returned as deferred, with the time it is due.
+Pod start times are whole seconds, so a pod that started in the second of a change counts as
+started before it (`rules.snapshot.started_before`), and a restart is never carried out before
+that second is over: its replacement pods are then known to be newer.
 Pure: `now` and the ledger of previous restarts are passed in.
 """
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from vgpu_operator.core.rules.snapshot import known_after, started_before
 from vgpu_operator.models.config import OperatorConfig
 
 ActionKind = Literal["rollout-deployment", "rollout-daemonset", "delete-pod"]
@@ -139,7 +143,7 @@ class _Planner:
         last = _latest(self.ledger.get(key), restarted)
         if last is not None and last >= since:
             return None
-        at = since + self.settings.settle
+        at = known_after(since) + self.settings.settle  # replacements start in a later second
         if last is not None:
             at = max(at, last + self.settings.min_interval)
         return at
@@ -157,7 +161,7 @@ class _Planner:
     ) -> Literal["none", "running", "planned", "deferred"]:
         if w is None or since is None:
             return "none"
-        stale = sum(1 for t in w.pod_starts if t < since)
+        stale = sum(1 for t in w.pod_starts if started_before(t, since))
         if not stale:
             return "none"
         due = self.due(key, since, w.restarted_at)
@@ -201,7 +205,7 @@ def plan_restarts(
         return RestartPlan(tuple(p.actions), tuple(p.deferred))
     for pod in sorted(inputs.plugin_pods, key=lambda x: (x.node, x.name)):
         since = inputs.node_entries_changed.get(pod.node)
-        if since is None or pod.started >= since:
+        if since is None or not started_before(pod.started, since):
             continue
         if ds_last is not None and ds_last >= since and pod.started < ds_last:
             continue  # a DaemonSet rollout requested after the change replaces it

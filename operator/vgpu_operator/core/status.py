@@ -45,6 +45,13 @@ def timestamp(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def change_stamp(now: datetime) -> str:
+    """RFC 3339 in UTC to the microsecond: when the operator changed what a component reads.
+    Compared with pod start times (whole seconds), it tells a pod that started just before a
+    change from one that started just after it (`rules.snapshot.started_before`)."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def node_ready(facts: NodeFacts, plan: NodePlan, mode: str) -> bool:
     if not plan.in_sync or plan.problems:
         return False

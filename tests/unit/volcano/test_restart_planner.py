@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from vgpu_operator.core.restarts import (
     PluginPod,
     RestartInputs,
+    RestartPlan,
     RestartSettings,
     Workload,
     daemonset_key,
@@ -21,6 +22,8 @@ from vgpu_operator.core.restarts import (
     prune,
     record,
 )
+from vgpu_operator.core.rules.snapshot import parse_time
+from vgpu_operator.core.status import change_stamp
 from vgpu_operator.models.config import load_config
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -47,6 +50,10 @@ def plugin(*starts: float, restarted: float | None = None) -> Workload:
         s(restarted) if restarted is not None else None,
         tuple(s(t) for t in starts),
     )
+
+
+def plugin_at(*starts: datetime) -> Workload:
+    return Workload("kube-system", "volcano-device-plugin", None, starts)
 
 
 def pods(**started: float) -> tuple[PluginPod, ...]:
@@ -123,7 +130,8 @@ def test_changes_arriving_together_give_one_restart_after_the_last() -> None:
         )
         plan = plan_restarts(inputs, ledger, slow, change)
         assert plan.actions == ()  # still settling
-        assert plan.wake_at == change + timedelta(seconds=5)
+        # settle counted from the end of the change's second (pod starts are whole seconds)
+        assert plan.wake_at == change + timedelta(seconds=6)
     last = s(104)
     inputs = RestartInputs(
         scheduler_reads_changed=last,
@@ -131,17 +139,18 @@ def test_changes_arriving_together_give_one_restart_after_the_last() -> None:
         scheduler=sched_w,
         plugin=plugin_w,
     )
-    plan = plan_restarts(inputs, ledger, slow, s(109))
+    assert plan_restarts(inputs, ledger, slow, s(109)).actions == ()
+    plan = plan_restarts(inputs, ledger, slow, s(110))
     assert len(plan.actions) == 2
     for a in plan.actions:
         restarted[a.key] = restarted.get(a.key, 0) + 1
-    ledger = record(ledger, plan.actions, s(109))
+    ledger = record(ledger, plan.actions, s(110))
     # the rollout is under way (old pods still there): no second restart
     still_old = RestartInputs(
         scheduler_reads_changed=last,
         plugin_reads_changed=last,
-        scheduler=sched(0, 110, restarted=109),
-        plugin=plugin(0, 110, restarted=109),
+        scheduler=sched(0, 111, restarted=110),
+        plugin=plugin(0, 111, restarted=110),
     )
     assert plan_restarts(still_old, ledger, slow, s(120)).actions == ()
     assert plan_restarts(still_old, {}, slow, s(120)).actions == ()  # restartedAt alone suffices
@@ -269,3 +278,81 @@ def test_any_burst_restarts_each_component_at_most_once_per_interval(
         assert times, "a change must lead to a restart"
         assert all(b - a >= timedelta(seconds=interval) for a, b in itertools.pairwise(times))
         assert starts[which] >= final  # the last pod read the last change
+
+
+def test_a_pod_started_in_the_second_of_a_change_counts_as_started_before_it() -> None:
+    """Pod start times are whole seconds: a pod that "started at :00" of the change's second
+    may have started before the change (the race CI hit: a policy edit landed 0.x s after the
+    plugin pod started, and the pod was taken as up to date)."""
+    entry = parse_time(change_stamp(s(100.4)))
+    assert entry == s(100.4)
+    same_second = RestartInputs(node_entries_changed={"a": entry}, plugin_pods=pods(a=100))
+    plan = plan_restarts(same_second, {}, FAST, s(110))
+    assert kinds(plan) == [("delete-pod", "volcano-device-plugin-a")]
+    next_second = RestartInputs(node_entries_changed={"a": entry}, plugin_pods=pods(a=101))
+    assert kinds(plan_restarts(next_second, {}, FAST, s(110))) == []
+
+
+def test_a_whole_second_change_time_takes_pods_of_that_second_as_newer() -> None:
+    """A foreign edit (or a creation) is dated in whole seconds, like the pods: a fresh install
+    whose pods start in the second its ConfigMaps are created is not restarted."""
+    inputs = RestartInputs(
+        scheduler_reads_changed=s(100),
+        plugin_reads_changed=s(100),
+        scheduler=sched(100),
+        plugin=plugin(100, 100),
+    )
+    assert plan_restarts(inputs, {}, FAST, s(110)) == RestartPlan()
+    older = RestartInputs(plugin_reads_changed=s(100), plugin=plugin(99, 100))
+    assert kinds(plan_restarts(older, {}, FAST, s(110))) == [
+        ("rollout-daemonset", "volcano-device-plugin")
+    ]
+
+
+def test_a_restart_waits_until_the_second_of_the_change_is_over() -> None:
+    """Even with no settle time: a replacement started in the change's second could not be told
+    from a stale pod, and would be restarted again."""
+    inputs = RestartInputs(plugin_reads_changed=s(100.4), plugin=plugin(99, 100))
+    early = plan_restarts(inputs, {}, FAST, s(100.9))
+    assert kinds(early) == []
+    assert [d.until for d in early.deferred] == [s(101)]
+    assert kinds(plan_restarts(inputs, {}, FAST, s(101))) == [
+        ("rollout-daemonset", "volcano-device-plugin")
+    ]
+    slow = RestartSettings(min_interval=timedelta(seconds=300), settle=timedelta(seconds=5))
+    assert [d.until for d in plan_restarts(inputs, {}, slow, s(101)).deferred] == [s(106)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    change=st.floats(min_value=0, max_value=50, allow_nan=False),
+    settle=st.floats(min_value=0, max_value=5, allow_nan=False),
+    lag=st.floats(min_value=0, max_value=3, allow_nan=False),
+)
+def test_a_replacement_is_never_taken_for_stale(change: float, settle: float, lag: float) -> None:
+    """Whatever the change's sub-second time and the settle time: the pods that replace a
+    restart's pods (started `lag` after it, recorded in whole seconds) are up to date, so a
+    restart never repeats itself."""
+    settings_ = RestartSettings(min_interval=timedelta(seconds=1), settle=timedelta(seconds=settle))
+    inputs = RestartInputs(plugin_reads_changed=s(change), plugin=plugin(-1, -1))
+    plan = plan_restarts(inputs, {}, settings_, s(change))
+    due = plan.wake_at
+    assert due is not None and not plan.actions
+    done = plan_restarts(inputs, {}, settings_, due)
+    assert kinds(done) == [("rollout-daemonset", "volcano-device-plugin")]
+    started = (due + timedelta(seconds=lag)).replace(microsecond=0)
+    after = RestartInputs(plugin_reads_changed=s(change), plugin=plugin_at(started, started))
+    later = due + timedelta(seconds=lag + 60)
+    assert plan_restarts(after, {}, settings_, later) == RestartPlan()
+
+
+def test_a_restart_stamped_after_a_change_in_the_same_second_is_not_repeated() -> None:
+    """restartedAt is written to the microsecond, so after an operator restart (empty ledger)
+    a rollout requested 0.2 s after a change is still seen as covering it."""
+    restarted = parse_time(change_stamp(s(100.6)))
+    assert restarted is not None
+    inputs = RestartInputs(
+        plugin_reads_changed=s(100.4),
+        plugin=Workload("kube-system", "volcano-device-plugin", restarted, (s(100),)),
+    )
+    assert kinds(plan_restarts(inputs, {}, FAST, s(110))) == []

@@ -19,6 +19,7 @@ from vgpu_operator.core.rules.snapshot import (
     pod_done,
     pod_started,
     requested,
+    started_before,
 )
 from vgpu_operator.models.volcano import POD_VGPU_IDS
 
@@ -33,7 +34,7 @@ def _stale(pods: list[Obj], since: datetime) -> list[Obj]:
     out = []
     for pod in pods:
         started = pod_started(pod)
-        if not pod_done(pod) and started is not None and started < since:
+        if not pod_done(pod) and started is not None and started_before(started, since):
             out.append(pod)
     return out
 
@@ -77,11 +78,11 @@ def check_restarts(s: ClusterSnapshot) -> list[Finding]:
             continue
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         reasons = []
-        if device_since is not None and started < device_since:
+        if device_since is not None and started_before(started, device_since):
             reasons.append(f"{psrc.namespace}/{psrc.name} changed at {_stamp(device_since)}")
         owned_time = parse_time(s.owned_node_entries.get(node))
         entry_since = owned_time or (node_cm_since if node in with_entry else None)
-        if entry_since is not None and started < entry_since:
+        if entry_since is not None and started_before(started, entry_since):
             what = "its node-config entry" if owned_time else "the node-config ConfigMap"
             reasons.append(f"{what} changed at {_stamp(entry_since)}")
         if reasons:

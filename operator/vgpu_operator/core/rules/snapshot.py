@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -72,6 +72,34 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def known_after(changed: datetime) -> datetime:
+    """The first time a pod start can be told apart from a change at `changed`.
+
+    Kubernetes keeps pod start times in whole seconds: a pod that "started at 12:00:07" started
+    somewhere in [12:00:07, 12:00:08), so a pod that started in the second of a change may have
+    started before it, however precisely the change is dated. Only a start in a later second is
+    known to be after it.
+    """
+    return changed.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def started_before(started: datetime, changed: datetime) -> bool:
+    """Whether a pod that started at `started` (whole seconds) may have started before a change.
+
+    The operator dates its own changes to the microsecond (`status.change_stamp`): a pod that
+    started in the same second may have read the old content, and counts as started before
+    (one restart too many is harmless; a plugin left on a configuration it never read is not).
+    Restarts wait for `known_after(changed)`, so their replacements cannot be taken for stale.
+    A whole-second time (a foreign edit dated by managedFields, or a creation) says nothing
+    finer than the pod's: a pod that started in that second counts as started after it, or
+    every fresh install, whose pods start in the second their ConfigMaps are created, would be
+    restarted once for nothing.
+    """
+    if changed.microsecond == 0:
+        return started < changed
+    return started < known_after(changed)
 
 
 def pod_started(pod: Mapping[str, Any]) -> datetime | None:
