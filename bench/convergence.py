@@ -3,10 +3,13 @@
 For each N: two disjoint pools of N kwok nodes on one local apiserver (heartbeats running).
 - floor: a bare kubernetes-asyncio client sends exactly the PATCHes the operator would send
   (computed by the same pure core) with the same bounded concurrency;
-- operator: the operator is running and idle; the clock starts when the policy is created and
-  stops when a watch has seen every node of the pool carry the policy's labels and taints.
-Both write counts come from the apiserver's audit log. Prints both times and their ratio
-(goal: <= 1.5) and the writes per node (goal: 1.0 for both).
+- operator: `vgpu-operator run` in its own process, as deployed (its own interpreter, the
+  chart's RBAC), running and idle; then the policy is created.
+Both are timed the same way: from the first request (the first PATCH; the policy's creation)
+until one watch has seen every node of the pool carry the policy's labels and taints. Both write
+counts come from the apiserver's audit log. Prints both times, their ratio (goal: <= 1.5), the
+writes per node (goal: 1.0 for both) and the CPU seconds the operator process and the apiserver
+spent during each run.
 
 Usage: python bench/convergence.py [N ...]   (default: 500 1000)
 """
@@ -14,33 +17,47 @@ Usage: python bench/convergence.py [N ...]   (default: 500 1000)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.app import OperatorThread
 from vgpu_operator.controller.kube import Credentials
-from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
 from vgpu_operator.core.validate import parse_policy
-from vgpu_operator.devcluster.cluster import LocalCluster
+from vgpu_operator.devcluster.cluster import LocalCluster, write_kubeconfig
 from vgpu_operator.devcluster.install import OPERATOR_USER, install_operator_access
 from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
 
 CONCURRENCY = 32
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def policy(name: str, pool: str) -> dict[str, Any]:
     return {
         "apiVersion": contract.API_VERSION,
         "kind": contract.POLICY_KIND,
-        "metadata": {"name": name, "generation": 1},
+        "metadata": {"name": name},
         "spec": {"nodeSelector": {"matchLabels": {"bench/pool": pool}}, "mode": "hami-core"},
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 async def pool_nodes(api: Any, pool: str) -> list[dict[str, Any]]:
@@ -50,68 +67,178 @@ async def pool_nodes(api: Any, pool: str) -> list[dict[str, Any]]:
     return list(listing["items"])
 
 
-async def floor(api: Any, pool: str) -> float:
-    """The same PATCHes the operator would send, from a bare client."""
-    nodes = [node_facts(n) for n in await pool_nodes(api, pool)]
-    plans = plan_cluster(nodes, [parse_policy(policy("floor", pool))]).patches
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def send(name: str, body: dict[str, Any]) -> None:
-        async with sem:
-            await kubeapi.request(
-                api, "PATCH", kubeapi.node_path(name), body=body, content_type=kubeapi.MERGE_PATCH
-            )
-
-    start = time.perf_counter()
-    await asyncio.gather(*(send(n, b) for n, b in plans.items()))
-    return time.perf_counter() - start
-
-
-async def operator_run(api: Any, pool: str, n: int) -> float:
-    name = f"bench-{pool}"
-    selector = f"{contract.LABEL_POLICY}={name},volcano.sh/vgpu.enabled=true"
+async def converge(api: Any, pool: str, n: int, act: Callable[[], Awaitable[None]]) -> float:
+    """Seconds from `act()` until a watch has seen all `n` nodes of the pool tainted."""
     listing = await kubeapi.request(api, "GET", kubeapi.node_path(), query={"limit": "1"})
     rv = listing["metadata"]["resourceVersion"]
     seen: set[str] = set()
     done = asyncio.Event()
 
+    def observe(obj: dict[str, Any]) -> None:
+        taints = (obj.get("spec") or {}).get("taints") or []
+        if any(t.get("key") == contract.DEFAULT_TAINT_KEY for t in taints):
+            seen.add(obj["metadata"]["name"])
+        if len(seen) >= n:
+            done.set()
+
+    selector = f"bench/pool={pool},volcano.sh/vgpu.enabled=true"
+
     async def watch() -> None:
-        # Raw JSON lines, no typed models: the observer must not load the process it measures.
+        # Raw JSON lines, no typed models: the observer must not load the machine it measures.
         raw: Any = api
-        resp = await raw.call_api(
-            kubeapi.node_path(),
-            "GET",
-            query_params=[
-                ("watch", "true"),
-                ("labelSelector", selector),
-                ("resourceVersion", rv),
-                ("timeoutSeconds", "600"),
-            ],
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-        )
-        async for line in resp.content:
-            obj = json.loads(line)["object"]
-            taints = (obj.get("spec") or {}).get("taints") or []
-            if any(t.get("key") == contract.DEFAULT_TAINT_KEY for t in taints):
-                seen.add(obj["metadata"]["name"])
-            if len(seen) >= n:
-                done.set()
-                resp.close()
-                return
+        since = rv
+        while not done.is_set():
+            resp = await raw.call_api(
+                kubeapi.node_path(),
+                "GET",
+                query_params=[
+                    ("watch", "true"),
+                    ("labelSelector", selector),
+                    ("resourceVersion", since),
+                    ("timeoutSeconds", "600"),
+                ],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+            async for line in resp.content:
+                observe(json.loads(line)["object"])
+                if done.is_set():
+                    resp.close()
+                    return
+            # The apiserver closes a watch that falls behind: catch up with a list.
+            listing = await kubeapi.request(
+                api, "GET", kubeapi.node_path(), query={"labelSelector": selector}
+            )
+            for obj in listing.get("items") or []:
+                observe(obj)
+            since = listing["metadata"]["resourceVersion"]
 
     watcher = asyncio.create_task(watch())
     await asyncio.sleep(0.5)
-    body = policy(name, pool)
-    del body["metadata"]["generation"]
     start = time.perf_counter()
-    await kubeapi.request(api, "POST", kubeapi.policy_path(), body=body, field_manager=None)
+    await act()
     await asyncio.wait_for(done.wait(), timeout=600)
     elapsed = time.perf_counter() - start
     await watcher
     return elapsed
+
+
+def floor_writes(api: Any, pool: str, plans: dict[str, Any]) -> Callable[[], Awaitable[None]]:
+    async def act() -> None:
+        sem = asyncio.Semaphore(CONCURRENCY)
+
+        async def send(name: str, body: dict[str, Any]) -> None:
+            async with sem:
+                await kubeapi.request(
+                    api,
+                    "PATCH",
+                    kubeapi.node_path(name),
+                    body=body,
+                    content_type=kubeapi.MERGE_PATCH,
+                )
+
+        await asyncio.gather(*(send(n, b) for n, b in plans.items()))
+
+    return act
+
+
+def create_policy(api: Any, pool: str) -> Callable[[], Awaitable[None]]:
+    async def act() -> None:
+        body = policy(f"bench-{pool}", pool)
+        await kubeapi.request(api, "POST", kubeapi.policy_path(), body=body, field_manager=None)
+
+    return act
+
+
+def profile(pid: int, n: int) -> subprocess.Popen[bytes] | None:
+    """With BENCH_PROFILE=<dir>: py-spy samples the operator while it converges (collapsed
+    stacks in <dir>/operator-<N>.txt, for flamegraph.pl or speedscope)."""
+    out = os.environ.get("BENCH_PROFILE")
+    if not out:
+        return None
+    Path(out).mkdir(parents=True, exist_ok=True)
+    target = Path(out) / f"operator-{n}.txt"
+    cmd = ["py-spy", "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(target)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """`vgpu-operator run` as a subprocess, with its Kopf liveness endpoint (which reports the
+    reconciler's pass count) to tell when its first pass is over."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.port = free_port()
+        self._log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vgpu_operator.cli",
+                "run",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--liveness",
+                f"http://127.0.0.1:{self.port}/healthz",
+                "--concurrency",
+                str(CONCURRENCY),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    async def passes(self, session: aiohttp.ClientSession) -> int:
+        try:
+            async with session.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, json.JSONDecodeError):
+            return 0
+        return int(body.get("reconcilePasses") or 0) if isinstance(body, dict) else 0
+
+    async def wait_first_pass(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while await self.passes(session) < 1:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the operator exited ({self.proc.returncode})")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the operator's first pass did not finish")
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+async def make_pool(api: Any, role: str, n: int) -> tuple[str, set[str]]:
+    pool = f"{role}{n}"
+    specs = [
+        NodeSpec(f"{pool}-{i}", "A100-SXM4-80GB", 8, labels={"bench/pool": pool}) for i in range(n)
+    ]
+    await create_gpu_nodes(api, specs, timeout=900)
+    return pool, {s.name for s in specs}
+
+
+async def delete_nodes(api: Any, names: set[str]) -> None:
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def delete(name: str) -> None:
+        async with sem:
+            await kubeapi.request(api, "DELETE", kubeapi.node_path(name))
+
+    await asyncio.gather(*(delete(name) for name in names))
 
 
 def writes(cluster: LocalCluster, user: str, offset: int, names: set[str]) -> Counter[str]:
@@ -128,54 +255,71 @@ def writes(cluster: LocalCluster, user: str, offset: int, names: set[str]) -> Co
 async def main(sizes: list[int]) -> None:
     """Per N: the floor runs first with no operator (its nodes would otherwise look like nodes
     of a deleted policy to the operator, which would release them); then its nodes are deleted,
-    the operator starts, settles, and the policy is created."""
+    the operator's pool is created, the operator starts, settles, and the policy is created."""
     with LocalCluster.run(prefix="vgpu-bench-", with_scheduler=False) as cluster:
         admin = Credentials(
             server=cluster.server, token=cluster.tokens["admin"], ca_path=str(cluster.ca_file)
         )
+        apiserver = cluster.pids["kube-apiserver"]
         # The floor's client gets the same connection pool as the operator's.
         api = admin.api_client(pool_size=CONCURRENCY + 8)
         async with api:
             credentials = await install_operator_access(api)
+            assert credentials.token is not None
+            kubeconfig = write_kubeconfig(
+                cluster.workdir / "kubeconfig-bench-operator",
+                cluster.server,
+                credentials.token,
+                cluster.ca_file,
+                OPERATOR_USER,
+            )
             print(
-                f"{'N':>6} {'floor s':>9} {'operator s':>11} {'ratio':>6} "
-                f"{'floor w/node':>13} {'op w/node':>10}"
+                f"{'N':>6} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
+                f"{'floor w/node':>12} {'op w/node':>9} "
+                f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26}"
             )
             for n in sizes:
-                pools = {}
-                for role in ("floor", "op"):
-                    pool = f"{role}{n}"
-                    specs = [
-                        NodeSpec(f"{pool}-{i}", "A100-SXM4-80GB", 8, labels={"bench/pool": pool})
-                        for i in range(n)
-                    ]
-                    await create_gpu_nodes(api, specs, timeout=600)
-                    pools[role] = (pool, {s.name for s in specs})
+                # One pool at a time, so that both runs have the same N nodes heartbeating.
+                pool, names = await make_pool(api, "floor", n)
+                facts = [node_facts(x) for x in await pool_nodes(api, pool)]
+                plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
                 offset = cluster.audit_offset()
-                floor_s = await floor(api, pools["floor"][0])
-                floor_w = writes(cluster, "admin", offset, pools["floor"][1])
-                for name in pools["floor"][1]:
-                    await kubeapi.request(api, "DELETE", kubeapi.node_path(name))
-                operator = OperatorThread(
-                    credentials, options=ReconcilerOptions(concurrency=CONCURRENCY)
-                ).start()
+                cpu0 = cpu_seconds(apiserver)
+                floor_s = await converge(api, pool, n, floor_writes(api, pool, plans))
+                floor_api_cpu = cpu_seconds(apiserver) - cpu0
+                floor_w = writes(cluster, "admin", offset, names)
+                await delete_nodes(api, names)
+
+                pool, names = await make_pool(api, "op", n)
+                operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
                 try:
-                    # The initial listing of every node and the first pass (no writes) must be
-                    # over before the clock starts: that is start-up, not convergence.
-                    while operator.passes < 1:
-                        await asyncio.sleep(0.2)
+                    # The initial listing of every node and the first pass (no writes) are
+                    # start-up, not convergence: over before the clock starts.
+                    await operator.wait_first_pass()
                     await asyncio.sleep(2)
                     offset = cluster.audit_offset()
-                    op_s = await operator_run(api, pools["op"][0], n)
+                    profiler = profile(operator.proc.pid, n)
+                    cpu0, op0 = cpu_seconds(apiserver), cpu_seconds(operator.proc.pid)
+                    op_s = await converge(api, pool, n, create_policy(api, pool))
+                    if profiler is not None:
+                        profiler.send_signal(signal.SIGINT)
+                        profiler.wait(60)
+                    op_api_cpu = cpu_seconds(apiserver) - cpu0
+                    op_cpu = cpu_seconds(operator.proc.pid) - op0
                     await asyncio.sleep(1)
-                    op_w = writes(cluster, OPERATOR_USER, offset, pools["op"][1])
+                    op_w = writes(cluster, OPERATOR_USER, offset, names)
                 finally:
                     operator.stop()
                 print(
-                    f"{n:>6} {floor_s:>9.2f} {op_s:>11.2f} {op_s / floor_s:>6.2f} "
-                    f"{sum(floor_w.values()) / n:>13.2f} {sum(op_w.values()) / n:>10.2f}",
+                    f"{n:>6} {floor_s:>8.2f} {op_s:>10.2f} {op_s / floor_s:>6.2f} "
+                    f"{sum(floor_w.values()) / n:>12.2f} {sum(op_w.values()) / n:>9.2f} "
+                    f"{op_cpu:>8.1f} {floor_api_cpu:>12.1f} / {op_api_cpu:<11.1f}",
                     flush=True,
                 )
+                # Leave nothing for the next N's operator to clean up at its start.
+                await delete_nodes(api, names)
+                with contextlib.suppress(kubeapi.NotFound):
+                    await kubeapi.request(api, "DELETE", kubeapi.policy_path(f"bench-{pool}"))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class Reconciler:
     _last_status: float = 0.0
     _status_scheduled: bool = False
     passes: int = 0
+    writing: bool = False  # node writes are under way (the configuration pass waits for them)
 
     # -- requests (called by handlers) ------------------------------------------------------
     def request_full(self) -> None:
@@ -176,48 +177,58 @@ class Reconciler:
         nodes: dict[str, NodeFacts],
     ) -> dict[str, NodePlan]:
         """PATCH every node whose plan has one; returns the plans that were written."""
-        sem = asyncio.Semaphore(self.options.concurrency)
         written: dict[str, NodePlan] = {}
 
         async def write(plan: NodePlan) -> None:
-            async with sem:
-                for _attempt in range(self.options.conflict_retries + 1):
-                    if plan.patch is None:
-                        return
-                    try:
-                        obj = await kubeapi.request(
-                            self.api,
-                            "PATCH",
-                            kubeapi.node_path(plan.node),
-                            body=plan.patch,
-                            content_type=kubeapi.MERGE_PATCH,
-                        )
-                    except kubeapi.Conflict:
-                        metrics.NODE_WRITES.labels(outcome="conflict").inc()
-                        fresh = await kubeapi.request(self.api, "GET", kubeapi.node_path(plan.node))
-                        nodes[plan.node] = node_facts(fresh)
-                        plan = plan_cluster([nodes[plan.node]], parsed).plans[plan.node]
-                        continue
-                    except kubeapi.NotFound:
-                        nodes.pop(plan.node, None)
-                        return
-                    metrics.NODE_WRITES.labels(outcome="ok").inc()
-                    facts = node_facts(obj)
-                    nodes[plan.node] = facts
-                    self._fresh[plan.node] = facts
-                    written[plan.node] = plan
+            for _attempt in range(self.options.conflict_retries + 1):
+                if plan.patch is None:
                     return
-                log.warning("node %s kept changing under us; will retry", plan.node)
-                self.request_nodes([plan.node])
+                try:
+                    obj = await kubeapi.request(
+                        self.api,
+                        "PATCH",
+                        kubeapi.node_path(plan.node),
+                        body=plan.patch,
+                        content_type=kubeapi.MERGE_PATCH,
+                    )
+                except kubeapi.Conflict:
+                    metrics.NODE_WRITES.labels(outcome="conflict").inc()
+                    fresh = await kubeapi.request(self.api, "GET", kubeapi.node_path(plan.node))
+                    nodes[plan.node] = node_facts(fresh)
+                    plan = plan_cluster([nodes[plan.node]], parsed).plans[plan.node]
+                    continue
+                except kubeapi.NotFound:
+                    nodes.pop(plan.node, None)
+                    return
+                metrics.NODE_WRITES.labels(outcome="ok").inc()
+                facts = node_facts(obj)
+                nodes[plan.node] = facts
+                self._fresh[plan.node] = facts
+                written[plan.node] = plan
+                return
+            log.warning("node %s kept changing under us; will retry", plan.node)
+            self.request_nodes([plan.node])
 
-        results = await asyncio.gather(
-            *(write(p) for p in plans.values() if p.patch is not None), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                metrics.NODE_WRITES.labels(outcome="error").inc()
-                log.error("node write failed: %s", result)
-                self._retry_soon()  # heal with a full pass shortly
+        # A fixed set of workers over one queue: bounded concurrency without a thousand tasks
+        # waiting on a semaphore (whose wake-ups cost more than the writes' own bookkeeping).
+        todo = iter([p for p in plans.values() if p.patch is not None])
+
+        async def worker() -> None:
+            for plan in todo:
+                try:
+                    await write(plan)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    metrics.NODE_WRITES.labels(outcome="error").inc()
+                    log.error("node write failed: %s", exc)
+                    self._retry_soon()  # heal with a full pass shortly
+
+        self.writing = True
+        try:
+            await asyncio.gather(*(worker() for _ in range(self.options.concurrency)))
+        finally:
+            self.writing = False
         return written
 
     # -- events -----------------------------------------------------------------------------

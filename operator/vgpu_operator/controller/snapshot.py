@@ -189,12 +189,21 @@ async def read_pods(api: client.ApiClient) -> list[Obj]:
     return [compact_pod(p) for p in pods]
 
 
-async def read_snapshot(api: client.ApiClient, config: OperatorConfig) -> ClusterSnapshot:
-    """Everything the rules read, in a handful of requests (plus one per 500 Nodes/Pods)."""
-    configmaps, (deployments, daemonsets), nodes, pods = await asyncio.gather(
+async def read_snapshot(
+    api: client.ApiClient, config: OperatorConfig, nodes: list[Obj] | None = None
+) -> ClusterSnapshot:
+    """Everything the rules read, in a handful of requests (plus one per 500 Nodes/Pods).
+    `nodes`: the compact Nodes when the caller already has them (the controller keeps them
+    from its watch); None: list them."""
+
+    async def given() -> list[Obj]:
+        assert nodes is not None
+        return nodes
+
+    configmaps, (deployments, daemonsets), node_list, pods = await asyncio.gather(
         read_configmaps(api, config),
         read_workloads(api, config),
-        read_nodes(api),
+        read_nodes(api) if nodes is None else given(),
         read_pods(api),
     )
     return ClusterSnapshot(
@@ -202,6 +211,6 @@ async def read_snapshot(api: client.ApiClient, config: OperatorConfig) -> Cluste
         configmaps=configmaps,
         deployments=deployments,
         daemonsets=daemonsets,
-        nodes=nodes,
+        nodes=node_list,
         pods=pods,
     )

@@ -66,6 +66,9 @@ class VolcanoOptions:
     restart_settle_seconds: float = 5.0  # quiet time after the last change before a restart
     stranded_checks: tuple[float, ...] = (5.0, 30.0)  # passes after a restart, for stranded pods
     events_per_pass: int = 20
+    # A pass waits while the policy reconciler is writing Nodes (at most this long): it then
+    # renders the whole batch once, instead of competing with the writes pass after pass.
+    max_defer_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,10 @@ class VolcanoReconciler:
     post_event: Callable[[EventLike, Mapping[str, Any]], None]
     options: VolcanoOptions = field(default_factory=VolcanoOptions)
     on_findings_changed: Callable[[], None] = lambda: None
+    # The compact Nodes from the controller's watch; None until it has listed them all (a
+    # pass then lists them itself).
+    node_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
+    nodes_busy: Callable[[], bool] = lambda: False  # the policy reconciler is writing Nodes
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     findings: list[Finding] | None = None  # of the last pass; None: not checked yet
@@ -158,6 +165,10 @@ class VolcanoReconciler:
                 self.options.min_pass_seconds - (time.monotonic() - last),
             )
             await asyncio.sleep(pause)
+            deferred = 0.0
+            while self.nodes_busy() and deferred < self.options.max_defer_seconds:
+                await asyncio.sleep(0.1)
+                deferred += 0.1
             self._wake.clear()
             last = time.monotonic()
             try:
@@ -169,7 +180,7 @@ class VolcanoReconciler:
                 self.request_at(self.now() + timedelta(seconds=5))
 
     async def reconcile(self) -> None:
-        snapshot = await read_snapshot(self.api, self.config)
+        snapshot = await read_snapshot(self.api, self.config, self.node_source())
         if self.config.mode == "enforce":
             snapshot = await self._enforce(snapshot)
         src = snapshot.scheduler_device_config
@@ -190,7 +201,7 @@ class VolcanoReconciler:
             for w in result.written:
                 log.info("wrote %s %s/%s: %s", w.kind, w.namespace, w.name, w.what)
                 self._post_normal(w.kind, w.namespace, w.name, w.uid, "ConfigRendered", w.what)
-            snapshot = await read_snapshot(self.api, self.config)
+            snapshot = await read_snapshot(self.api, self.config, self.node_source())
         if result.plugin_args_patched:
             ref = self.config.device_plugin
             key = planner.daemonset_key(ref.namespace, ref.name)
@@ -341,6 +352,8 @@ def register(registry: kopf.OperatorRegistry, state: ControllerState) -> None:
             post_event=events,
             options=state.volcano_options,
             on_findings_changed=findings_changed,
+            node_source=state.node_objects,
+            nodes_busy=lambda: state.reconciler is not None and state.reconciler.writing,
         )
         state.volcano_task = asyncio.create_task(state.volcano.run(), name="vgpu-volcano")
 
@@ -357,21 +370,19 @@ def register(registry: kopf.OperatorRegistry, state: ControllerState) -> None:
             await v.api.close()
 
     @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
-    def configmap_event(**_: Any) -> None:
+    async def configmap_event(**_: Any) -> None:
+        state.indexed = True
         if state.volcano is not None:
             state.volcano.request()
 
     @kopf.on.event("apps", "v1", "daemonsets", registry=registry, when=wanted("DaemonSet"))
-    def daemonset_event(**_: Any) -> None:
+    async def daemonset_event(**_: Any) -> None:
+        state.indexed = True
         if state.volcano is not None:
             state.volcano.request()
 
     @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))
-    def deployment_event(**_: Any) -> None:
+    async def deployment_event(**_: Any) -> None:
+        state.indexed = True
         if state.volcano is not None:
             state.volcano.request()
-
-    @kopf.on.event("nodes", registry=registry, id="volcano-registration")
-    def node_registration(type: str, name: str, body: kopf.Body, **_: Any) -> None:
-        if state.volcano is not None:
-            state.volcano.node_changed(name, body, deleted=type == "DELETED")

@@ -6,6 +6,7 @@ as an error string, so the planner can report it instead of crashing the handler
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,18 +95,15 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
     taints = tuple(dict(t) for t in (spec.get("taints") or []) if isinstance(t, Mapping))
     errors: dict[str, str] = {}
 
-    owned = Owned()
-    try:
-        owned = Owned.from_annotation(annotations.get(contract.ANN_OWNED))
-    except (ValidationError, ValueError) as exc:
-        errors[contract.ANN_OWNED] = _short(exc)
+    owned, error = _owned(annotations.get(contract.ANN_OWNED))
+    if error is not None:
+        errors[contract.ANN_OWNED] = error
 
     def config_of(key: str) -> NodeConfig | None:
-        try:
-            return NodeConfig.from_annotation(annotations.get(key))
-        except (ValidationError, ValueError) as exc:
-            errors[key] = _short(exc)
-            return None
+        config, error = _config(annotations.get(key))
+        if error is not None:
+            errors[key] = error
+        return config
 
     return NodeFacts(
         name=str(metadata.get("name", "")),
@@ -118,6 +116,24 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
         config=config_of(contract.ANN_CONFIG),
         errors=errors,
     )
+
+
+# Parsed annotations, by their text: the nodes of one pool carry the same few texts, and every
+# watch event of every node is parsed (the models are frozen, so sharing them is safe).
+@functools.lru_cache(maxsize=4096)
+def _owned(raw: str | None) -> tuple[Owned, str | None]:
+    try:
+        return Owned.from_annotation(raw), None
+    except (ValidationError, ValueError) as exc:
+        return Owned(), _short(exc)
+
+
+@functools.lru_cache(maxsize=4096)
+def _config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
+    try:
+        return NodeConfig.from_annotation(raw), None
+    except (ValidationError, ValueError) as exc:
+        return None, _short(exc)
 
 
 def _short(exc: Exception) -> str:
