@@ -4,15 +4,21 @@ gets before and after the first check."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+import kopf
+import pytest
+
 from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_STARTED, edit, healthy
 from vgpu_operator import contract
-from vgpu_operator.controller.handlers import ControllerState
+from vgpu_operator.controller.handlers import ControllerState, build_registry, check_registry
 from vgpu_operator.controller.kube import Credentials
-from vgpu_operator.controller.volcano import VolcanoReconciler, policy_conditions
+from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler, policy_conditions
 from vgpu_operator.controller.volcano_writes import (
     installed,
     on_delete_pods,
@@ -179,3 +185,54 @@ def test_an_on_delete_daemonset_is_restarted_by_deleting_its_pods() -> None:
     ]
     other = RestartAction("rollout-deployment", "volcano-system", "volcano-scheduler", "k", "r")
     assert on_delete_pods(on_delete, other) == []
+
+
+async def _passes_while(busy_for: float, max_defer: float) -> list[float]:
+    """Start the loop with Nodes being written for `busy_for` seconds; when passes began."""
+    start = time.monotonic()
+    no_api: Any = None
+    r = VolcanoReconciler(
+        api=no_api,
+        config=OperatorConfig(),
+        post_event=lambda *_: None,
+        options=VolcanoOptions(
+            debounce_seconds=0.01, min_pass_seconds=0, max_defer_seconds=max_defer
+        ),
+        nodes_busy=lambda: time.monotonic() - start < busy_for,
+    )
+    began: list[float] = []
+
+    async def one_pass() -> None:
+        began.append(time.monotonic() - start)
+
+    r.reconcile = one_pass  # type: ignore[method-assign]
+    task = asyncio.create_task(r.run())
+    await asyncio.sleep(busy_for + 0.5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return began
+
+
+async def test_a_configuration_pass_waits_while_nodes_are_being_written() -> None:
+    began = await _passes_while(busy_for=0.6, max_defer=10)
+    assert len(began) == 1 and began[0] >= 0.6
+
+
+async def test_a_configuration_pass_waits_no_longer_than_max_defer() -> None:
+    began = await _passes_while(busy_for=5, max_defer=0.3)
+    assert len(began) == 1 and 0.3 <= began[0] < 1.0
+
+
+def test_change_detecting_handlers_are_refused_with_the_empty_diff_base() -> None:
+    """NoDiffBase keeps no essence: a change-detecting handler would never see a change."""
+    state = ControllerState(credentials=Credentials(server="https://x", token="t", ca_path=None))
+    registry = build_registry(state)
+    assert not registry._changing.get_all_handlers()
+
+    @kopf.on.update("nodes", registry=registry)
+    def never(**_: Any) -> None:  # pragma: no cover - only registered
+        return None
+
+    with pytest.raises(RuntimeError, match="diff-base"):
+        check_registry(registry)
