@@ -190,6 +190,7 @@ class Reconciler:
                         kubeapi.node_path(plan.node),
                         body=plan.patch,
                         content_type=kubeapi.MERGE_PATCH,
+                        accept=kubeapi.METADATA_ONLY,
                     )
                 except kubeapi.Conflict:
                     metrics.NODE_WRITES.labels(outcome="conflict").inc()
@@ -201,7 +202,7 @@ class Reconciler:
                     nodes.pop(plan.node, None)
                     return
                 metrics.NODE_WRITES.labels(outcome="ok").inc()
-                facts = node_facts(obj)
+                facts = node_facts(_written(obj, plan.patch or {}, nodes.get(plan.node)))
                 nodes[plan.node] = facts
                 self._fresh[plan.node] = facts
                 written[plan.node] = plan
@@ -330,6 +331,20 @@ class Reconciler:
                 self._retry_soon()
                 continue
             self.forget_policy(name)
+
+
+def _written(
+    response: Mapping[str, Any], patch: Mapping[str, Any], before: NodeFacts | None
+) -> dict[str, Any]:
+    """The Node after a write, from a metadata-only response: its taints are the patch's when
+    it set them, else the ones it had (the PATCH carried the resourceVersion they were read
+    at, so nobody changed them in between). A full Node response is taken as it is."""
+    if "spec" in response:
+        return dict(response)
+    spec = patch.get("spec") or {}
+    kept = [dict(t) for t in (before.taints if before else ())]
+    taints = spec.get("taints", kept)
+    return {"metadata": response.get("metadata") or {}, "spec": {"taints": taints}}
 
 
 def _as_status(raw: Mapping[str, Any]) -> VGPUNodePolicyStatus:
