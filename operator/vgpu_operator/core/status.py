@@ -46,9 +46,10 @@ def timestamp(now: datetime) -> str:
 
 
 def change_stamp(now: datetime) -> str:
-    """RFC 3339 in UTC to the microsecond: when the operator changed what a component reads.
-    Compared with pod start times (whole seconds), it tells a pod that started just before a
-    change from one that started just after it (`rules.snapshot.started_before`)."""
+    """RFC 3339 in UTC to the microsecond: when the operator changed what a component reads, or
+    requested a restart. Restart times and change times then order exactly; against pod start
+    times (whole seconds) a change of the operator's counts to the end of its second
+    (`rules.snapshot.started_before`)."""
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

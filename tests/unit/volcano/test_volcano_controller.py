@@ -18,6 +18,7 @@ from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_STARTED, edit, heal
 from vgpu_operator import contract
 from vgpu_operator.controller.handlers import ControllerState, build_registry, check_registry
 from vgpu_operator.controller.kube import Credentials
+from vgpu_operator.controller.reconciler import _written
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler, policy_conditions
 from vgpu_operator.controller.volcano_writes import (
     installed,
@@ -26,6 +27,7 @@ from vgpu_operator.controller.volcano_writes import (
     restart_inputs,
 )
 from vgpu_operator.core.findings import CONDITION
+from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.restarts import RESTARTED_AT, RestartAction, RestartSettings, plan_restarts
 from vgpu_operator.core.rules import Finding, ObjectRef
 from vgpu_operator.models.config import OperatorConfig
@@ -236,3 +238,24 @@ def test_change_detecting_handlers_are_refused_with_the_empty_diff_base() -> Non
 
     with pytest.raises(RuntimeError, match="diff-base"):
         check_registry(registry)
+
+
+def test_facts_after_a_metadata_only_write_take_the_patch_taints_or_keep_them() -> None:
+    before = node_facts(
+        {
+            "metadata": {"name": "n", "resourceVersion": "5", "labels": {"u": "1"}},
+            "spec": {"taints": [{"key": "user", "effect": "NoSchedule"}]},
+        }
+    )
+    response = {"metadata": {"name": "n", "resourceVersion": "6", "labels": {"u": "1", "a": "b"}}}
+    # a patch without taints: the user's taint is still there
+    kept = node_facts(_written(response, {"metadata": {"labels": {"a": "b"}}}, before))
+    assert kept.taints == ({"key": "user", "effect": "NoSchedule"},)
+    assert kept.resource_version == "6" and kept.labels == {"u": "1", "a": "b"}
+    # a patch that sets the list: the list is the patch's
+    ours = [{"key": "user", "effect": "NoSchedule"}, {"key": "v", "effect": "NoSchedule"}]
+    replaced = node_facts(_written(response, {"spec": {"taints": ours}}, before))
+    assert list(replaced.taints) == ours
+    # an apiserver that answers with the whole Node: taken as it is
+    full = {**response, "spec": {"taints": []}}
+    assert node_facts(_written(full, {"metadata": {}}, before)).taints == ()
