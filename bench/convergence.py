@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,11 @@ async def pool_nodes(api: Any, pool: str) -> list[dict[str, Any]]:
     return list(listing["items"])
 
 
-async def converge(api: Any, pool: str, n: int, act: Callable[[], Awaitable[None]]) -> float:
-    """Seconds from `act()` until a watch has seen all `n` nodes of the pool tainted."""
+async def converge(
+    api: Any, pool: str, n: int, act: Callable[[], Awaitable[None]]
+) -> tuple[float, float]:
+    """Seconds from `act()` until a watch has seen all `n` nodes of the pool tainted, and the
+    wall-clock time `act()` began."""
     listing = await kubeapi.request(api, "GET", kubeapi.node_path(), query={"limit": "1"})
     rv = listing["metadata"]["resourceVersion"]
     seen: set[str] = set()
@@ -117,12 +121,15 @@ async def converge(api: Any, pool: str, n: int, act: Callable[[], Awaitable[None
 
     watcher = asyncio.create_task(watch())
     await asyncio.sleep(0.5)
+    sampled = asyncio.create_task(apiserver_profile(api, f"{pool}"))
+    began = time.time()
     start = time.perf_counter()
     await act()
     await asyncio.wait_for(done.wait(), timeout=600)
     elapsed = time.perf_counter() - start
     await watcher
-    return elapsed
+    await sampled
+    return elapsed, began
 
 
 def floor_writes(api: Any, pool: str, plans: dict[str, Any]) -> Callable[[], Awaitable[None]]:
@@ -160,8 +167,28 @@ def profile(pid: int, n: int) -> subprocess.Popen[bytes] | None:
         return None
     Path(out).mkdir(parents=True, exist_ok=True)
     target = Path(out) / f"operator-{n}.txt"
-    cmd = ["py-spy", "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(target)]
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    cmd = [spy, "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(target)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def apiserver_profile(api: Any, name: str, seconds: int = 5) -> None:
+    """With BENCH_PROFILE=<dir>: the apiserver's own CPU profile (Go pprof) over the first
+    `seconds` of a run, to <dir>/apiserver-<name>.pb.gz (`go tool pprof -top` reads it)."""
+    out = os.environ.get("BENCH_PROFILE")
+    if not out:
+        return
+    raw: Any = api
+    resp = await raw.call_api(
+        "/debug/pprof/profile",
+        "GET",
+        query_params=[("seconds", str(seconds))],
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _return_http_data_only=True,
+        _request_timeout=seconds + 30,
+    )
+    (Path(out) / f"apiserver-{name}.pb.gz").write_bytes(await resp.read())
 
 
 def free_port() -> int:
@@ -241,15 +268,31 @@ async def delete_nodes(api: Any, names: set[str]) -> None:
     await asyncio.gather(*(delete(name) for name in names))
 
 
-def writes(cluster: LocalCluster, user: str, offset: int, names: set[str]) -> Counter[str]:
-    return Counter(
-        e["objectRef"]["name"]
+def node_patches(
+    cluster: LocalCluster, user: str, offset: int, names: set[str]
+) -> list[dict[str, Any]]:
+    """The successful PATCHes `user` sent to the pool's Nodes, from the audit log."""
+    return [
+        e
         for e in cluster.audit_events(user=user, offset=offset)
         if e["objectRef"]["resource"] == "nodes"
         and e["verb"] == "patch"
         and e["objectRef"].get("name") in names
         and e["responseStatus"]["code"] < 300
-    )
+    ]
+
+
+def received(event: dict[str, Any]) -> float:
+    stamp = event["requestReceivedTimestamp"].rstrip("Z")
+    return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
+
+
+def span(patches: list[dict[str, Any]], start: float) -> str:
+    """`first-last` second at which the apiserver received the PATCHes, from `start`."""
+    if not patches:
+        return "-"
+    times = sorted(received(e) for e in patches)
+    return f"{times[0] - start:.2f}-{times[-1] - start:.2f}"
 
 
 async def main(sizes: list[int]) -> None:
@@ -276,7 +319,8 @@ async def main(sizes: list[int]) -> None:
             print(
                 f"{'N':>6} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
                 f"{'floor w/node':>12} {'op w/node':>9} "
-                f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26}"
+                f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26} "
+                f"{'PATCHes received at s (floor; op)':>34}"
             )
             for n in sizes:
                 # One pool at a time, so that both runs have the same N nodes heartbeating.
@@ -285,9 +329,9 @@ async def main(sizes: list[int]) -> None:
                 plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
                 offset = cluster.audit_offset()
                 cpu0 = cpu_seconds(apiserver)
-                floor_s = await converge(api, pool, n, floor_writes(api, pool, plans))
+                floor_s, floor_t0 = await converge(api, pool, n, floor_writes(api, pool, plans))
                 floor_api_cpu = cpu_seconds(apiserver) - cpu0
-                floor_w = writes(cluster, "admin", offset, names)
+                floor_w = node_patches(cluster, "admin", offset, names)
                 await delete_nodes(api, names)
 
                 pool, names = await make_pool(api, "op", n)
@@ -300,20 +344,21 @@ async def main(sizes: list[int]) -> None:
                     offset = cluster.audit_offset()
                     profiler = profile(operator.proc.pid, n)
                     cpu0, op0 = cpu_seconds(apiserver), cpu_seconds(operator.proc.pid)
-                    op_s = await converge(api, pool, n, create_policy(api, pool))
+                    op_s, op_t0 = await converge(api, pool, n, create_policy(api, pool))
                     if profiler is not None:
                         profiler.send_signal(signal.SIGINT)
                         profiler.wait(60)
                     op_api_cpu = cpu_seconds(apiserver) - cpu0
                     op_cpu = cpu_seconds(operator.proc.pid) - op0
                     await asyncio.sleep(1)
-                    op_w = writes(cluster, OPERATOR_USER, offset, names)
+                    op_w = node_patches(cluster, OPERATOR_USER, offset, names)
                 finally:
                     operator.stop()
                 print(
                     f"{n:>6} {floor_s:>8.2f} {op_s:>10.2f} {op_s / floor_s:>6.2f} "
-                    f"{sum(floor_w.values()) / n:>12.2f} {sum(op_w.values()) / n:>9.2f} "
-                    f"{op_cpu:>8.1f} {floor_api_cpu:>12.1f} / {op_api_cpu:<11.1f}",
+                    f"{len(floor_w) / n:>12.2f} {len(op_w) / n:>9.2f} "
+                    f"{op_cpu:>8.1f} {floor_api_cpu:>12.1f} / {op_api_cpu:<11.1f} "
+                    f"{span(floor_w, floor_t0):>16}; {span(op_w, op_t0):<16}",
                     flush=True,
                 )
                 # Leave nothing for the next N's operator to clean up at its start.

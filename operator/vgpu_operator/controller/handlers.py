@@ -1,16 +1,20 @@
-"""Kopf registrations: watches feed two indexes; handlers only ask the reconciler for work.
+"""Kopf registrations, and the two watches the operator keeps whole in memory.
 
-Nodes are watched with an index and an event handler only, never with Kopf's change-detecting
-handlers: those store their state in annotations on the handled object, which would be extra
-writes on every Node. Policies likewise: the finalizer is the operator's own
-(`vgpu.volcano.sh/finalizer`) and removed by the reconciler once the policy's nodes are clean.
+Nodes and policies are watched by the lean informer (`controller.informer`), not by Kopf: Node
+events come by the thousand, and Kopf's per-event pipeline cost more than the operator's own work
+(and its change-detecting handlers would store their state in annotations on every Node: extra
+writes). Kopf runs the rest: login, settings, start-up and clean-up, the liveness probe, and the
+configuration reconciler's watches of ConfigMaps and workloads (few objects, filtered by name).
+Event callbacks only ask the reconcilers for work. The policy finalizer is the operator's own
+(`vgpu.volcano.sh/finalizer`), added here and removed by the reconciler once the policy's nodes
+are clean.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -20,6 +24,7 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.events import EventPoster
+from vgpu_operator.controller.informer import DELETED, Change, Informer
 from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.controller.snapshot import compact_node
@@ -35,17 +40,14 @@ from vgpu_operator.models.config import OperatorConfig
 
 log = logging.getLogger("vgpu_operator.handlers")
 
-NODES_INDEX = "vgpu_nodes"
-POLICIES_INDEX = "vgpu_policies"
-
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
     """The diff-base of an operator without change-detecting handlers: empty.
 
     Kopf builds an object's "essence" (a deep copy without status and system fields) on every
     watch event, to compare it with the last handled one for on.create/update/resume handlers.
-    This operator has none (`build_registry` checks): it reacts to events and indexes only, so
-    the essence is never used, and building it was a third of Kopf's time per Node event.
+    This operator has none (`build_registry` checks): it reacts to events only, so the essence
+    is never used.
     """
 
     def build(
@@ -78,17 +80,29 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING  # Events come from the reconciler, deliberately
 
 
-def _first(store: Any) -> Any:
-    return next(iter(store))
-
-
 @dataclass(frozen=True)
 class IndexedNode:
-    """What the node index keeps per Node: the facts the policy reconciler plans with, and
-    the compact object the configuration rules read (so no pass has to list Nodes)."""
+    """What the operator keeps per Node: the facts the policy reconciler plans with, and the
+    compact object the configuration rules read (so no pass has to list Nodes)."""
 
     facts: NodeFacts
     obj: dict[str, Any]
+    uid: str
+
+
+def indexed_node(body: Mapping[str, Any]) -> IndexedNode:
+    return IndexedNode(node_facts(body), compact_node(body), str(body["metadata"].get("uid", "")))
+
+
+def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
+    meta = body.get("metadata") or {}
+    return PolicyEntry(
+        parsed=parse_policy(body),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        finalizers=tuple(meta.get("finalizers") or ()),
+        status=dict(body.get("status") or {}),
+    )
 
 
 @dataclass
@@ -103,30 +117,39 @@ class ControllerState:
     volcano_options: VolcanoOptions = field(default_factory=VolcanoOptions)
     volcano: VolcanoReconciler | None = None  # the configuration reconciler (controller.volcano)
     volcano_task: asyncio.Task[None] | None = None
-    nodes_index: Mapping[str, Any] | None = None
-    policies_index: Mapping[str, Any] | None = None
-    node_uids: dict[str, str] = field(default_factory=dict)
-    seen_nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    nodes: Informer[IndexedNode] | None = None
+    policies: Informer[PolicyEntry] | None = None
+    watch_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     seen_policies: dict[str, tuple[int, bool, tuple[str, ...]]] = field(default_factory=dict)
-    # Kopf runs resource handlers only once every watched resource has been listed and
-    # indexed: the first handler call sets this, and the node index is complete from then on.
-    indexed: bool = False
+
+    @property
+    def synced(self) -> bool:
+        """Both watches have delivered their first listing: what they hold is the cluster."""
+        return all(w is not None and w.synced.is_set() for w in (self.nodes, self.policies))
+
+    async def wait_synced(self) -> None:
+        for watch in (self.nodes, self.policies):
+            assert watch is not None, "the operator has not started"
+            await watch.synced.wait()
 
     def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:
-        nodes = {k: _first(v).facts for k, v in (self.nodes_index or {}).items()}
-        policies = {k: _first(v) for k, v in (self.policies_index or {}).items()}
+        nodes = {k: v.facts for k, v in self.nodes.items.items()} if self.nodes else {}
+        policies = dict(self.policies.items) if self.policies else {}
         return nodes, policies
 
     def node_objects(self) -> list[dict[str, Any]] | None:
         """Every Node as the configuration rules read it, from the watch; None until the
-        index is complete."""
-        if not self.indexed or self.nodes_index is None:
+        first listing is in."""
+        if self.nodes is None or not self.nodes.synced.is_set():
             return None
-        return [_first(v).obj for v in self.nodes_index.values()]
+        return [v.obj for v in self.nodes.items.values()]
 
-    def bind(self, nodes_index: Mapping[str, Any], policies_index: Mapping[str, Any]) -> None:
-        self.nodes_index = nodes_index
-        self.policies_index = policies_index
+    def node_uid(self, name: str) -> str:
+        node = self.nodes.items.get(name) if self.nodes else None
+        return node.uid if node else ""
+
+    def policy(self, name: str) -> PolicyEntry | None:
+        return self.policies.items.get(name) if self.policies else None
 
     @property
     def work(self) -> Reconciler:
@@ -142,26 +165,40 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
         return state.credentials.connection_info()
 
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_settings(settings)
-        state.bind(kwargs[NODES_INDEX], kwargs[POLICIES_INDEX])  # filled once Kopf has listed
         state.api = state.credentials.api_client(pool_size=state.options.concurrency + 8)
         state.events = EventPoster(state.api)
         state.reconciler = Reconciler(
             api=state.api,
             snapshot=state.snapshot,
             post_event=state.events,
-            node_uid=lambda name: state.node_uids.get(name, ""),
+            node_uid=state.node_uid,
             options=state.options,
             extra_conditions=partial(policy_conditions, state),
         )
-        state.task = asyncio.create_task(state.reconciler.run(), name="vgpu-reconciler")
+        state.nodes = Informer(
+            state.api, "nodes", kubeapi.node_path(), indexed_node, partial(node_event, state)
+        )
+        state.policies = Informer(
+            state.api, "policies", kubeapi.policy_path(), policy_entry, partial(policy_event, state)
+        )
+        state.watch_tasks = [
+            asyncio.create_task(state.nodes.run(), name="vgpu-watch-nodes"),
+            asyncio.create_task(state.policies.run(), name="vgpu-watch-policies"),
+        ]
+        # No pass before both listings are in: with the policies not yet known, every owned
+        # node would look like a node of a deleted policy, and be cleaned.
+        state.task = asyncio.create_task(
+            _after(state.wait_synced(), state.reconciler.run()), name="vgpu-reconciler"
+        )
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        if state.task is not None:
-            state.task.cancel()
-            await asyncio.gather(state.task, return_exceptions=True)
+        tasks = [t for t in (state.task, *state.watch_tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if state.events is not None:
             await state.events.drain()
         if state.api is not None:
@@ -171,85 +208,56 @@ def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
     def passes(**_: Any) -> int:
         return state.reconciler.passes if state.reconciler else 0
 
-    # Handlers are coroutines: Kopf runs plain functions in a thread pool, a hand-off per
-    # call that costs more than these handlers do.
-    @kopf.index("nodes", registry=registry, id=NODES_INDEX)
-    async def vgpu_nodes(name: str, uid: str, body: kopf.Body, **_: Any) -> dict[str, IndexedNode]:
-        state.node_uids[name] = uid
-        return {name: IndexedNode(node_facts(body), compact_node(body))}
-
-    @kopf.index(
-        contract.GROUP,
-        contract.VERSION,
-        contract.POLICY_PLURAL,
-        registry=registry,
-        id=POLICIES_INDEX,
-    )
-    async def vgpu_policies(
-        name: str, uid: str, body: kopf.Body, **_: Any
-    ) -> dict[str, PolicyEntry]:
-        meta = body.get("metadata", {})
-        return {
-            name: PolicyEntry(
-                parsed=parse_policy(body),
-                uid=uid,
-                resource_version=str(meta.get("resourceVersion", "")),
-                finalizers=tuple(meta.get("finalizers") or ()),
-                status=dict(body.get("status") or {}),
-            )
-        }
-
-    @kopf.on.event("nodes", registry=registry)
-    async def node_event(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
-        state.indexed = True
-        if state.volcano is not None:  # the plugin's registration, for the configuration rules
-            state.volcano.node_changed(name, body, deleted=type == "DELETED")
-        if type == "DELETED":
-            state.seen_nodes.pop(name, None)
-            state.node_uids.pop(name, None)
-            state.work.request_nodes([])  # statuses count nodes: recompute them
-            _nudge_volcano(state)
-            return
-        # The index has already parsed this event's body: reuse it instead of parsing again.
-        store = kwargs[NODES_INDEX].get(name)
-        facts = _first(store).facts if store else None
-        rv = body.get("metadata", {}).get("resourceVersion")
-        if facts is None or facts.resource_version != rv:
-            facts = node_facts(body)
-        previous = state.seen_nodes.get(name)
-        state.seen_nodes[name] = facts
-        if previous is not None and _same_facts(previous, facts):
-            return  # a heartbeat or another change the operator does not read
-        _nudge_volcano(state)  # released config, inventory, labels or taints changed
-        if state.work.is_own_write(name, facts):
-            return  # the echo of the operator's own PATCH
-        state.work.request_nodes([name])
-
-    @kopf.on.event(contract.GROUP, contract.VERSION, contract.POLICY_PLURAL, registry=registry)
-    async def policy_event(type: str, name: str, body: kopf.Body, **kwargs: Any) -> None:
-        state.indexed = True
-        if type == "DELETED":
-            state.seen_policies.pop(name, None)
-            state.work.forget_policy(name)
-            state.work.request_full()
-            _nudge_volcano(state)
-            return
-        meta = body.get("metadata", {})
-        finalizers = tuple(meta.get("finalizers") or ())
-        deleting = bool(meta.get("deletionTimestamp"))
-        key = (int(meta.get("generation") or 0), deleting, finalizers)
-        if state.seen_policies.get(name) == key:
-            return  # a status write (ours) or a label/annotation edit: nothing to do
-        state.seen_policies[name] = key
-        missing = not deleting and contract.FINALIZER not in finalizers
-        if missing and not await _add_finalizer(state, name, meta):
-            state.seen_policies.pop(name, None)  # handle the newer version when it comes
-        state.work.request_full()
-        _nudge_volcano(state)
-
     register_volcano(registry, state)
     check_registry(registry)
     return registry
+
+
+async def _after(first: Coroutine[Any, Any, None], then: Coroutine[Any, Any, None]) -> None:
+    try:
+        await first
+    except BaseException:
+        then.close()
+        raise
+    await then
+
+
+async def node_event(state: ControllerState, change: Change[IndexedNode]) -> None:
+    if state.volcano is not None:  # the plugin's registration, for the configuration rules
+        state.volcano.node_changed(change.name, change.obj, deleted=change.type == DELETED)
+    if change.type == DELETED:
+        state.work.request_nodes([])  # statuses count nodes: recompute them
+        _nudge_volcano(state)
+        return
+    facts = change.item.facts
+    if change.previous is not None and _same_facts(change.previous.facts, facts):
+        return  # a heartbeat or another change the operator does not read
+    _nudge_volcano(state)  # released config, inventory, labels or taints changed
+    if state.work.is_own_write(change.name, facts):
+        return  # the echo of the operator's own PATCH
+    state.work.request_nodes([change.name])
+
+
+async def policy_event(state: ControllerState, change: Change[PolicyEntry]) -> None:
+    name = change.name
+    if change.type == DELETED:
+        state.seen_policies.pop(name, None)
+        state.work.forget_policy(name)
+        state.work.request_full()
+        _nudge_volcano(state)
+        return
+    meta = change.obj.get("metadata") or {}
+    finalizers = change.item.finalizers
+    deleting = change.item.parsed.deleting
+    key = (int(meta.get("generation") or 0), deleting, finalizers)
+    if state.seen_policies.get(name) == key:
+        return  # a status write (ours) or a label/annotation edit: nothing to do
+    state.seen_policies[name] = key
+    missing = not deleting and contract.FINALIZER not in finalizers
+    if missing and not await _add_finalizer(state, name, meta):
+        state.seen_policies.pop(name, None)  # handle the newer version when it comes
+    state.work.request_full()
+    _nudge_volcano(state)
 
 
 def check_registry(registry: kopf.OperatorRegistry) -> None:

@@ -32,3 +32,8 @@ RECONCILE_SECONDS = Histogram(
     "vgpu_operator_reconcile_duration_seconds",
     "Time to reconcile one policy across its nodes",
 )
+WATCH_RESTARTS = Counter(
+    "vgpu_operator_watch_restarts_total",
+    "Watches of Nodes and policies started again, by kind and reason (gone: listed again)",
+    ["kind", "reason"],
+)

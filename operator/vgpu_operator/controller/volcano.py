@@ -308,9 +308,8 @@ def policy_conditions(
         return {}
     value = state.volcano.condition(nodes) if state.volcano is not None else None
     if value is None:
-        entry = (state.policies_index or {}).get(policy)
-        stored = next(iter(entry), None) if entry else None
-        for c in (getattr(stored, "status", None) or {}).get("conditions") or []:
+        stored = state.policy(policy)
+        for c in (stored.status if stored else {}).get("conditions") or []:
             if c.get("type") == CONDITION:
                 return {
                     CONDITION: (
@@ -371,18 +370,15 @@ def register(registry: kopf.OperatorRegistry, state: ControllerState) -> None:
 
     @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
     async def configmap_event(**_: Any) -> None:
-        state.indexed = True
         if state.volcano is not None:
             state.volcano.request()
 
     @kopf.on.event("apps", "v1", "daemonsets", registry=registry, when=wanted("DaemonSet"))
     async def daemonset_event(**_: Any) -> None:
-        state.indexed = True
         if state.volcano is not None:
             state.volcano.request()
 
     @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))
     async def deployment_event(**_: Any) -> None:
-        state.indexed = True
         if state.volcano is not None:
             state.volcano.request()

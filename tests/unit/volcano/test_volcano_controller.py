@@ -152,7 +152,7 @@ def test_policy_condition_before_and_after_the_first_check() -> None:
     assert policy_conditions(state, "p", frozenset()) == {}  # nothing known, nothing stored
 
     stored = {"conditions": [{"type": CONDITION, "status": "False", "reason": "R", "message": "m"}]}
-    state.policies_index = {"p": [SimpleNamespace(status=stored)]}
+    state.policies = SimpleNamespace(items={"p": SimpleNamespace(status=stored)})  # type: ignore[assignment]
     # before the first check the policy keeps what it has: no status write for the wait
     assert policy_conditions(state, "p", frozenset()) == {CONDITION: ("False", "R", "m")}
     state.volcano = reconciler()
