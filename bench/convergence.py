@@ -133,18 +133,32 @@ async def converge(
 
 
 def floor_writes(api: Any, pool: str, plans: dict[str, Any]) -> Callable[[], Awaitable[None]]:
+    """The floor's PATCHes. Each carries the resourceVersion it was planned at, as the
+    operator's do; on a 409 (kwok updated the node since the listing) it reads the node and
+    plans it again, as the operator does."""
+    policies = [parse_policy(policy("floor", pool))]
+
     async def act() -> None:
         sem = asyncio.Semaphore(CONCURRENCY)
 
         async def send(name: str, body: dict[str, Any]) -> None:
             async with sem:
-                await kubeapi.request(
-                    api,
-                    "PATCH",
-                    kubeapi.node_path(name),
-                    body=body,
-                    content_type=kubeapi.MERGE_PATCH,
-                )
+                while True:
+                    try:
+                        await kubeapi.request(
+                            api,
+                            "PATCH",
+                            kubeapi.node_path(name),
+                            body=body,
+                            content_type=kubeapi.MERGE_PATCH,
+                        )
+                        return
+                    except kubeapi.Conflict:
+                        fresh = await kubeapi.request(api, "GET", kubeapi.node_path(name))
+                        plan = plan_cluster([node_facts(fresh)], policies).plans[name]
+                        if plan.patch is None:
+                            return
+                        body = plan.patch
 
         await asyncio.gather(*(send(n, b) for n, b in plans.items()))
 
@@ -188,7 +202,11 @@ async def apiserver_profile(api: Any, name: str, seconds: int = 5) -> None:
         _return_http_data_only=True,
         _request_timeout=seconds + 30,
     )
-    (Path(out) / f"apiserver-{name}.pb.gz").write_bytes(await resp.read())
+    data = await resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"apiserver profile: {resp.status} {data[:200]!r}")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"apiserver-{name}.pb.gz").write_bytes(data)
 
 
 def free_port() -> int:
@@ -299,7 +317,10 @@ async def main(sizes: list[int]) -> None:
     """Per N: the floor runs first with no operator (its nodes would otherwise look like nodes
     of a deleted policy to the operator, which would release them); then its nodes are deleted,
     the operator's pool is created, the operator starts, settles, and the policy is created."""
-    with LocalCluster.run(prefix="vgpu-bench-", with_scheduler=False) as cluster:
+    profiling = bool(os.environ.get("BENCH_PROFILE"))
+    with LocalCluster.run(
+        prefix="vgpu-bench-", with_scheduler=False, profiling=profiling
+    ) as cluster:
         admin = Credentials(
             server=cluster.server, token=cluster.tokens["admin"], ca_path=str(cluster.ca_file)
         )

@@ -253,11 +253,13 @@ async def policy_event(state: ControllerState, change: Change[PolicyEntry]) -> N
     if state.seen_policies.get(name) == key:
         return  # a status write (ours) or a label/annotation edit: nothing to do
     state.seen_policies[name] = key
+    # The pass does not wait for the finalizer's round trip: until it is on, a deletion is
+    # still handled (the policy's nodes are then released as nodes of no policy).
+    state.work.request_full()
+    _nudge_volcano(state)
     missing = not deleting and contract.FINALIZER not in finalizers
     if missing and not await _add_finalizer(state, name, meta):
         state.seen_policies.pop(name, None)  # handle the newer version when it comes
-    state.work.request_full()
-    _nudge_volcano(state)
 
 
 def check_registry(registry: kopf.OperatorRegistry) -> None:

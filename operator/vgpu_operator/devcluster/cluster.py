@@ -117,6 +117,7 @@ class LocalCluster:
     with_scheduler: bool = True
     with_kwok: bool = True
     with_controller_manager: bool = True
+    profiling: bool = False  # the apiserver's /debug/pprof (the bench reads its CPU profile)
 
     # -- paths ------------------------------------------------------------------------------
     @property
@@ -225,7 +226,7 @@ class LocalCluster:
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
                 "--audit-log-mode=blocking",
-                "--profiling=false",
+                f"--profiling={'true' if self.profiling else 'false'}",
             ],
             detach,
         )
