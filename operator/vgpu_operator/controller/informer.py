@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -82,8 +83,13 @@ class Informer(Generic[T]):
             try:
                 if self.resource_version is None:
                     await self.list()
+                began = time.monotonic()
                 await self.watch()
-                pause = self.backoff[0]
+                if time.monotonic() - began >= 1.0:
+                    pause = self.backoff[0]
+                else:  # ended at once, with no error: do not spin on it
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, self.backoff[1])
             except Gone:
                 log.info("%s: version %s is gone; listing again", self.kind, self.resource_version)
                 metrics.WATCH_RESTARTS.labels(kind=self.kind, reason="gone").inc()
