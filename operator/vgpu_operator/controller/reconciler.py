@@ -1,12 +1,12 @@
 """The write side of the controller: one task that plans with the core and closes the difference.
 
-Kopf's watches keep two in-memory indexes (nodes, policies). Handlers only *request* work: a
-policy change asks for a full pass, a node change for that node. The reconciler batches requests,
-takes a snapshot of the indexes, calls the pure core (`plan_cluster`, `compute_status`) and writes:
-one merge PATCH per node that differs (none when it already matches), a status PATCH per policy
-whose status changed, one Event per policy that changed nodes. Being the only writer in the
-process, it needs no per-node locks; a 409 (someone else wrote the node since the watch saw it)
-means: read that node again and plan it again.
+Two informers (`controller.informer`) keep Nodes and policies in memory. Their callbacks only
+*request* work: a policy change asks for a full pass, a node change for that node. The reconciler
+batches requests, takes a snapshot of the informers, calls the pure core (`plan_cluster`,
+`compute_status`) and writes: one merge PATCH per node that differs (none when it already
+matches), a status PATCH per policy whose status changed, one Event per policy that changed
+nodes. Being the only writer in the process, it needs no per-node locks; a 409 (someone else
+wrote the node since the watch saw it) means: read that node again and plan it again.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ EventPoster = Callable[[EventSpec, Mapping[str, Any]], None]
 
 @dataclass(frozen=True)
 class PolicyEntry:
-    """What the policy index keeps per policy."""
+    """What the policy informer keeps per policy."""
 
     parsed: ParsedPolicy
     uid: str
@@ -156,7 +156,7 @@ class Reconciler:
         self.request_nodes([])
 
     def _overlay_fresh(self, nodes: dict[str, NodeFacts]) -> None:
-        """Our own writes the watch has not delivered yet replace what the index holds."""
+        """Our own writes the watch has not delivered yet replace what the informer holds."""
         for name, facts in list(self._fresh.items()):
             seen = nodes.get(name)
             if seen is not None and _newer_or_same(seen.resource_version, facts.resource_version):
