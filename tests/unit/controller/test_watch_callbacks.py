@@ -71,14 +71,21 @@ async def test_node_events_ask_for_the_node_only_when_something_it_reads_changed
     assert requests.nodes == [["n"], ["n"], []]  # statuses count nodes: recompute them
 
 
-async def test_no_pass_before_both_nodes_and_policies_are_listed() -> None:
+async def ignore(_: Change[Any]) -> None:
+    return None
+
+
+def unlisted() -> ControllerState:
+    """A state whose two informers have not delivered their first listing yet."""
     state = state_with(Requests())
-
-    async def ignore(_: Change[Any]) -> None:
-        return None
-
     state.nodes = Informer(None, "nodes", "/api/v1/nodes", indexed_node, ignore)
     state.policies = Informer(None, "policies", "/p", policy_entry, ignore)
+    return state
+
+
+async def test_no_pass_before_both_nodes_and_policies_are_listed() -> None:
+    state = unlisted()
+    assert state.nodes is not None and state.policies is not None
     started = asyncio.Event()
 
     async def first_pass() -> None:
@@ -95,13 +102,7 @@ async def test_no_pass_before_both_nodes_and_policies_are_listed() -> None:
 
 
 async def test_a_gated_pass_that_is_cancelled_before_it_starts_leaves_no_coroutine() -> None:
-    state = state_with(Requests())
-
-    async def never(_: Change[Any]) -> None:
-        return None
-
-    state.nodes = Informer(None, "nodes", "/api/v1/nodes", indexed_node, never)
-    state.policies = Informer(None, "policies", "/p", policy_entry, never)
+    state = unlisted()
     ran = []
 
     async def first_pass() -> None:
@@ -112,6 +113,5 @@ async def test_a_gated_pass_that_is_cancelled_before_it_starts_leaves_no_corouti
     await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert (
-        ran == [] and inspect.getcoroutinestate(then) == "CORO_CLOSED"
-    )  # closed, not left to warn "never awaited"
+    # closed, not left to warn "coroutine was never awaited"
+    assert ran == [] and inspect.getcoroutinestate(then) == "CORO_CLOSED"
