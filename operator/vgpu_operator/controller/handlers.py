@@ -122,12 +122,8 @@ class ControllerState:
     watch_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     seen_policies: dict[str, tuple[int, bool, tuple[str, ...]]] = field(default_factory=dict)
 
-    @property
-    def synced(self) -> bool:
-        """Both watches have delivered their first listing: what they hold is the cluster."""
-        return all(w is not None and w.synced.is_set() for w in (self.nodes, self.policies))
-
     async def wait_synced(self) -> None:
+        """Until both watches have delivered their first listing: what they hold is the cluster."""
         for watch in (self.nodes, self.policies):
             assert watch is not None, "the operator has not started"
             await watch.synced.wait()

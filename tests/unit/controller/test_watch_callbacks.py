@@ -94,11 +94,11 @@ async def test_no_pass_before_both_nodes_and_policies_are_listed() -> None:
     task = asyncio.create_task(_after(state.wait_synced(), first_pass()))
     state.nodes.synced.set()
     await asyncio.sleep(0.05)
-    assert not started.is_set() and not state.synced
+    assert not started.is_set()
     assert state.node_objects() is not None  # the configuration rules need only the nodes
     state.policies.synced.set()
     await asyncio.wait_for(task, 5)
-    assert started.is_set() and state.synced
+    assert started.is_set()
 
 
 async def test_a_gated_pass_that_is_cancelled_before_it_starts_leaves_no_coroutine() -> None:
