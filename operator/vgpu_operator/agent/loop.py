@@ -19,7 +19,6 @@ The decisions are pure functions in agent.decide; this module only sequences the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +34,7 @@ from vgpu_operator.agent.nodeapi import NodeApi
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
 from vgpu_operator.core.mig import plan_node
 from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.waiting import wait_set
 
 log = logging.getLogger("vgpu_operator.agent")
 
@@ -109,12 +109,10 @@ class Agent:
                 continue
             # Nothing to do: wait for the watch, a stop, or the resync.
             timeout = None if view is None else max(0.0, self.due - self.clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await wait_set(self._wake, timeout)
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await wait_set(self._stopping, seconds)
 
     # --- the watch --------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.status import compute_status, status_patch
 from vgpu_operator.core.validate import ParsedPolicy
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
+from vgpu_operator.waiting import wait_set
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
@@ -102,9 +103,7 @@ class Reconciler:
         last_full = time.monotonic()
         while True:
             timeout = max(0.0, self.options.resync_seconds - (time.monotonic() - last_full))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except TimeoutError:
+            if not await wait_set(self._wake, timeout):
                 self._full = True
             await asyncio.sleep(self.options.debounce_seconds)
             self._wake.clear()

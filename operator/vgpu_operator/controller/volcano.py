@@ -14,7 +14,6 @@ In `report` mode nothing is written to any Volcano/HAMi object.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef, run_ru
 from vgpu_operator.core.rules.snapshot import meta
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
+from vgpu_operator.waiting import wait_set
 
 if TYPE_CHECKING:
     from vgpu_operator.controller.handlers import ControllerState
@@ -158,8 +158,7 @@ class VolcanoReconciler:
         last = -float("inf")
         self.request()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.options.resync_seconds)
+            await wait_set(self._wake, self.options.resync_seconds)
             pause = max(
                 self.options.debounce_seconds,
                 self.options.min_pass_seconds - (time.monotonic() - last),
