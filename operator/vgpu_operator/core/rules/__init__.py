@@ -1,6 +1,7 @@
-"""Consistency rules: pure functions over a `ClusterSnapshot`, each returning `Finding`s.
+"""Consistency rules: pure functions over a `ClusterSnapshot`, each yielding `Issue`s.
 
-Importing this package registers every rule (one module per theme); `run_rules` runs them.
+Importing this package registers every rule (one module per theme); `run_rules` runs them and
+returns `Finding`s: the issues with the id of the rule that reported them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from vgpu_operator.core.rules import legacy_ascend  # noqa: F401
 from vgpu_operator.core.rules.base import (
     RULES,
     Finding,
+    Issue,
     ObjectRef,
     Rule,
     RuleResults,
@@ -33,6 +35,7 @@ __all__ = [
     "RULES",
     "ClusterSnapshot",
     "Finding",
+    "Issue",
     "ObjectRef",
     "Rule",
     "RuleResults",

@@ -1,11 +1,13 @@
-"""Findings and the rule registry: a rule is one function `ClusterSnapshot -> list[Finding]`
-registered with `@rule(id, title)`; adding a rule is adding one such function."""
+"""Findings and the rule registry: a rule is one function `ClusterSnapshot -> Iterable[Issue]`
+registered with `@rule(id, title)`; adding a rule is adding one such function. Rules yield
+`error(...)`, `warning(...)` and `info(...)` without an id: `run_rules` turns each into a
+`Finding` carrying the id the rule was registered under."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
 
@@ -49,7 +51,51 @@ class Finding(BaseModel):
     fixable_by_operator: bool = False
 
 
-Check = Callable[[ClusterSnapshot], list[Finding]]
+@dataclass(frozen=True)
+class Issue:
+    """A finding as a rule reports it: everything but the id, which `run_rules` fills in."""
+
+    severity: Severity
+    objects: tuple[ObjectRef, ...]
+    message: str
+    fix: str
+    fixable_by_operator: bool = False
+
+    def finding(self, rule_id: str) -> Finding:
+        return Finding(
+            id=rule_id,
+            severity=self.severity,
+            objects=self.objects,
+            message=self.message,
+            fix=self.fix,
+            fixable_by_operator=self.fixable_by_operator,
+        )
+
+
+Objects: TypeAlias = ObjectRef | Iterable[ObjectRef]
+
+
+def issue(
+    severity: Severity, objects: Objects, message: str, *, fix: str, fixable: bool = False
+) -> Issue:
+    """An issue about one object or several; `fixable`: `enforce` mode fixes it."""
+    objs = (objects,) if isinstance(objects, ObjectRef) else tuple(objects)
+    return Issue(severity, objs, message, fix, fixable)
+
+
+def error(objects: Objects, message: str, *, fix: str, fixable: bool = False) -> Issue:
+    return issue("error", objects, message, fix=fix, fixable=fixable)
+
+
+def warning(objects: Objects, message: str, *, fix: str, fixable: bool = False) -> Issue:
+    return issue("warning", objects, message, fix=fix, fixable=fixable)
+
+
+def info(objects: Objects, message: str, *, fix: str, fixable: bool = False) -> Issue:
+    return issue("info", objects, message, fix=fix, fixable=fixable)
+
+
+Check = Callable[[ClusterSnapshot], Iterable[Issue]]
 
 
 @dataclass(frozen=True)
@@ -110,16 +156,15 @@ def run_rules(snapshot: ClusterSnapshot, only: Iterable[str] | None = None) -> R
             continue
         ran.append(r)
         try:
-            findings.extend(r.check(snapshot))
+            issues = list(r.check(snapshot))  # all or nothing: a rule that fails reports only that
         except Exception as exc:
-            findings.append(
-                Finding(
-                    id=r.id,
-                    severity="error",
-                    objects=(),
-                    message=f"the rule could not be evaluated: {type(exc).__name__}: {exc}",
+            issues = [
+                error(
+                    (),
+                    f"the rule could not be evaluated: {type(exc).__name__}: {exc}",
                     fix="report this as a bug in vgpu-operator, with the objects involved",
                 )
-            )
+            ]
+        findings.extend(i.finding(r.id) for i in issues)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.id, [str(o) for o in f.objects]))
     return RuleResults(rules=ran, findings=findings)

@@ -3,6 +3,7 @@ mirror, and drift of what the operator renders (reference §1.1, §1.4, §3.6, �
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from vgpu_operator import contract
@@ -17,7 +18,7 @@ from vgpu_operator.core.render import (
 )
 from vgpu_operator.core.render.common import plain
 from vgpu_operator.core.render.device_config import existing_geometries
-from vgpu_operator.core.rules.base import Finding, ObjectRef, cm_ref, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, DeviceConfigSource, annotations_of
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,
@@ -46,66 +47,48 @@ def _differing_keys(a: NvidiaConfig | None, b: NvidiaConfig | None) -> list[str]
 
 
 @rule(ID_LOCATION, "the scheduler and the device plugin read the same device ConfigMap")
-def check_location(s: ClusterSnapshot) -> list[Finding]:
-    out: list[Finding] = []
+def check_location(s: ClusterSnapshot) -> Iterator[Issue]:
     cfg = s.config.device_config
     sched, plug = s.scheduler_device_config, s.plugin_device_config
     conf_ref = cm_ref(s.config.scheduler.config_map.namespace, s.config.scheduler.config_map.name)
     plugin_reads = f"{DEFAULT_DEVICE_CONFIG_NAME} in {' then '.join(s.plugin_namespaces)}"
     if cfg.name != DEFAULT_DEVICE_CONFIG_NAME or cfg.namespace not in s.plugin_namespaces:
-        out.append(
-            Finding(
-                id=ID_LOCATION,
-                severity="error",
-                objects=(cm_ref(cfg.namespace, cfg.name),),
-                message=f"the operator renders {cfg.namespace}/{cfg.name}, but the device "
-                f"plugin only reads {plugin_reads} (the name is fixed in the plugin)",
-                fix=f"set deviceConfig in the operator config to {PLUGIN_CM_NAMESPACES[0]}/"
-                f"{DEFAULT_DEVICE_CONFIG_NAME}",
-            )
+        yield error(
+            cm_ref(cfg.namespace, cfg.name),
+            f"the operator renders {cfg.namespace}/{cfg.name}, but the device plugin only reads "
+            f"{plugin_reads} (the name is fixed in the plugin)",
+            fix=f"set deviceConfig in the operator config to {PLUGIN_CM_NAMESPACES[0]}/"
+            f"{DEFAULT_DEVICE_CONFIG_NAME}",
         )
     conf_ok = s.scheduler_conf is not None
     where = f"{sched.namespace}/{sched.name}"
     if sched.cm is None or sched.parsed is None:
         problem = "does not exist" if sched.cm is None else f"cannot be read ({sched.error})"
-        out.append(
-            Finding(
-                id=ID_LOCATION,
-                severity="error",
-                objects=(conf_ref, _ref(sched)),
-                message=f"the scheduler loads the device config from {where}, which {problem}; "
-                + FALLBACK,
-                fix=f"point deviceshare.KnownGeometriesCMName/Namespace at the ConfigMap the "
-                f"plugin reads ({plugin_reads}) and restart the scheduler",
-                fixable_by_operator=conf_ok,
-            )
+        yield error(
+            (conf_ref, _ref(sched)),
+            f"the scheduler loads the device config from {where}, which {problem}; " + FALLBACK,
+            fix=f"point deviceshare.KnownGeometriesCMName/Namespace at the ConfigMap the plugin "
+            f"reads ({plugin_reads}) and restart the scheduler",
+            fixable=conf_ok,
         )
     elif sched.nvidia is None:
-        out.append(
-            Finding(
-                id=ID_LOCATION,
-                severity="error",
-                objects=(conf_ref, _ref(sched)),
-                message=f"the scheduler loads {where}, which has no nvidia: section: its "
-                "resource names are empty, so no pod is seen as a vGPU pod (with Ascend, the "
-                "nvidia: and vnpus: sections must be in one ConfigMap)",
-                fix=f"point the scheduler at {cfg.namespace}/{cfg.name} (the operator mirrors "
-                "vnpus: into it)",
-                fixable_by_operator=conf_ok,
-            )
+        yield error(
+            (conf_ref, _ref(sched)),
+            f"the scheduler loads {where}, which has no nvidia: section: its resource names are "
+            "empty, so no pod is seen as a vGPU pod (with Ascend, the nvidia: and vnpus: "
+            "sections must be in one ConfigMap)",
+            fix=f"point the scheduler at {cfg.namespace}/{cfg.name} (the operator mirrors "
+            "vnpus: into it)",
+            fixable=conf_ok,
         )
     if plug.cm is None:
-        out.append(
-            Finding(
-                id=ID_LOCATION,
-                severity="error",
-                objects=(_ref(plug),),
-                message=f"the device plugin finds no {plugin_reads}: from v1.12 it then has no "
-                "resource names and a split count of 0",
-                fix=f"create {PLUGIN_CM_NAMESPACES[0]}/{DEFAULT_DEVICE_CONFIG_NAME}",
-                fixable_by_operator=(cfg.namespace, cfg.name)
-                in {(ns, DEFAULT_DEVICE_CONFIG_NAME) for ns in s.plugin_namespaces},
-            )
+        yield error(
+            _ref(plug),
+            f"the device plugin finds no {plugin_reads}: from v1.12 it then has no resource "
+            "names and a split count of 0",
+            fix=f"create {PLUGIN_CM_NAMESPACES[0]}/{DEFAULT_DEVICE_CONFIG_NAME}",
+            fixable=(cfg.namespace, cfg.name)
+            in {(ns, DEFAULT_DEVICE_CONFIG_NAME) for ns in s.plugin_namespaces},
         )
     same = (sched.namespace, sched.name) == (plug.namespace, plug.name)
     if sched.nvidia is not None and plug.cm is not None and not same:
@@ -116,17 +99,12 @@ def check_location(s: ClusterSnapshot) -> list[Finding]:
             if diff
             else "(same nvidia: content today, but an edit to one is never seen by the other)"
         )
-        out.append(
-            Finding(
-                id=ID_LOCATION,
-                severity="error" if diff else "warning",
-                objects=(conf_ref, _ref(sched), _ref(plug)),
-                message=f"the scheduler reads {where} but the plugin reads "
-                f"{plug.namespace}/{plug.name} {what}",
-                fix=f"set deviceshare.KnownGeometriesCMNamespace: {plug.namespace} and "
-                f"KnownGeometriesCMName: {plug.name}, then restart the scheduler",
-                fixable_by_operator=conf_ok,
-            )
+        yield (error if diff else warning)(
+            (conf_ref, _ref(sched), _ref(plug)),
+            f"the scheduler reads {where} but the plugin reads {plug.namespace}/{plug.name} {what}",
+            fix=f"set deviceshare.KnownGeometriesCMNamespace: {plug.namespace} and "
+            f"KnownGeometriesCMName: {plug.name}, then restart the scheduler",
+            fixable=conf_ok,
         )
     copies = [ns for ns in PLUGIN_CM_NAMESPACES if s.configmap(ns, DEFAULT_DEVICE_CONFIG_NAME)]
     if len(copies) > 1:
@@ -139,57 +117,43 @@ def check_location(s: ClusterSnapshot) -> list[Finding]:
             ),
         )
         differ = _differing_keys(first.nvidia, second.nvidia)
-        out.append(
-            Finding(
-                id=ID_LOCATION,
-                severity="warning",
-                objects=tuple(cm_ref(ns, DEFAULT_DEVICE_CONFIG_NAME) for ns in copies),
-                message=f"{DEFAULT_DEVICE_CONFIG_NAME} exists in {' and '.join(copies)}; the "
-                f"plugin reads only {first.namespace}, so edits to the {second.namespace} copy "
-                "do nothing for it"
-                + (f" (the copies differ in {', '.join(differ)})" if differ else ""),
-                fix=f"delete the {second.namespace} copy and keep one ConfigMap",
-            )
+        yield warning(
+            (cm_ref(ns, DEFAULT_DEVICE_CONFIG_NAME) for ns in copies),
+            f"{DEFAULT_DEVICE_CONFIG_NAME} exists in {' and '.join(copies)}; the plugin reads "
+            f"only {first.namespace}, so edits to the {second.namespace} copy do nothing for it"
+            + (f" (the copies differ in {', '.join(differ)})" if differ else ""),
+            fix=f"delete the {second.namespace} copy and keep one ConfigMap",
         )
-    return out
 
 
 @rule("vnpus-mirror", "the scheduler's vnpus: equals the Ascend plugin's")
-def check_vnpus(s: ClusterSnapshot) -> list[Finding]:
+def check_vnpus(s: ClusterSnapshot) -> Iterator[Issue]:
     if not s.config.ascend_vnpu.enabled:
-        return []
+        return
     ref = s.config.ascend_vnpu.scheduler_device
     source_cm = s.configmap(ref.namespace, ref.name)
     source = vnpus_section(source_cm, ref.key)
     sched = s.scheduler_device_config
     if source is None:
-        return [
-            Finding(
-                id="vnpus-mirror",
-                severity="error",
-                objects=(cm_ref(ref.namespace, ref.name),),
-                message=f"{ref.namespace}/{ref.name} (the Ascend plugin's source) "
-                + ("does not exist" if source_cm is None else "has no vnpus: section"),
-                fix="deploy hami-scheduler-device (ascend-device-configmap.yaml) or turn "
-                "ascendVnpu.enabled off",
-            )
-        ]
+        yield error(
+            cm_ref(ref.namespace, ref.name),
+            f"{ref.namespace}/{ref.name} (the Ascend plugin's source) "
+            + ("does not exist" if source_cm is None else "has no vnpus: section"),
+            fix="deploy hami-scheduler-device (ascend-device-configmap.yaml) or turn "
+            "ascendVnpu.enabled off",
+        )
+        return
     mirrored = vnpus_section(sched.cm, "device-config.yaml")
-    if plain(mirrored) == plain(source):
-        return []
-    return [
-        Finding(
-            id="vnpus-mirror",
-            severity="error",
-            objects=(cm_ref(ref.namespace, ref.name), _ref(sched)),
-            message=f"the scheduler reads vnpus: from {sched.namespace}/{sched.name}, and it "
+    if plain(mirrored) != plain(source):
+        yield error(
+            (cm_ref(ref.namespace, ref.name), _ref(sched)),
+            f"the scheduler reads vnpus: from {sched.namespace}/{sched.name}, and it "
             + ("is missing there" if mirrored is None else "differs from")
             + f" the Ascend plugin's {ref.namespace}/{ref.name}: they disagree on chips, "
             "templates or resource names",
             fix=f"copy the vnpus: section of {ref.name} into {sched.name}",
-            fixable_by_operator=True,
+            fixable=True,
         )
-    ]
 
 
 def _operator_manages(s: ClusterSnapshot) -> bool:
@@ -200,12 +164,12 @@ def _operator_manages(s: ClusterSnapshot) -> bool:
 
 
 @rule("device-config-rendered", "the device ConfigMap holds what the operator renders")
-def check_device_rendered(s: ClusterSnapshot) -> list[Finding]:
+def check_device_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
     if not _operator_manages(s):
-        return []
+        return
     ref = s.config.device_config
     cm = s.configmap(ref.namespace, ref.name)
-    obj = (cm_ref(ref.namespace, ref.name),)
+    obj = cm_ref(ref.namespace, ref.name)
     src = s.configmap(
         s.config.ascend_vnpu.scheduler_device.namespace, s.config.ascend_vnpu.scheduler_device.name
     )
@@ -215,17 +179,14 @@ def check_device_rendered(s: ClusterSnapshot) -> list[Finding]:
             cm, s.config, "", mig_models=s.mig_gpu_names, reported=s.reported_models, vnpus=vnpus
         )
     except RenderError as exc:
-        return [
-            Finding(
-                id="device-config-rendered",
-                severity="error",
-                objects=obj,
-                message=f"the operator cannot render it: {exc}",
-                fix="repair the YAML by hand; the operator does not overwrite it",
-            )
-        ]
+        yield error(
+            obj,
+            f"the operator cannot render it: {exc}",
+            fix="repair the YAML by hand; the operator does not overwrite it",
+        )
+        return
     if not rendered.changed:
-        return []
+        return
     current = s.device_source(ref.namespace, ref.name).nvidia
     have = _nvidia_dump(current)
     keys = [k for k, v in desired_nvidia(s.config).items() if have.get(k) != v]
@@ -249,22 +210,17 @@ def check_device_rendered(s: ClusterSnapshot) -> list[Finding]:
         keys = ["the ConfigMap does not exist"]
     elif not keys:
         keys = ["vnpus (not the copy of hami-scheduler-device)"]
-    return [
-        Finding(
-            id="device-config-rendered",
-            severity="warning",
-            objects=obj,
-            message="differs from the operator config in: " + "; ".join(keys),
-            fix="let the operator render it (enforce mode), or change the operator config",
-            fixable_by_operator=True,
-        )
-    ]
+    yield warning(
+        obj,
+        "differs from the operator config in: " + "; ".join(keys),
+        fix="let the operator render it (enforce mode), or change the operator config",
+        fixable=True,
+    )
 
 
 @rule("node-config-rendered", "each managed node's node-config entry matches its released config")
-def check_node_rendered(s: ClusterSnapshot) -> list[Finding]:
+def check_node_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
     released = {n["metadata"]["name"]: s.released(n) for n in s.nodes if s.released(n)}
-    out: list[Finding] = []
     for ref, render in (
         (s.config.node_config, render_node_config),
         (s.config.ascend_node_config, render_ascend_node_config),
@@ -273,28 +229,19 @@ def check_node_rendered(s: ClusterSnapshot) -> list[Finding]:
         try:
             rendered = render(cm, released, s.config, "")
         except RenderError as exc:
-            out.append(
-                Finding(
-                    id="node-config-rendered",
-                    severity="error",
-                    objects=(cm_ref(ref.namespace, ref.name),),
-                    message=f"the operator cannot render it: {exc}",
-                    fix="repair it by hand; the operator does not overwrite it",
-                )
+            yield error(
+                cm_ref(ref.namespace, ref.name),
+                f"the operator cannot render it: {exc}",
+                fix="repair it by hand; the operator does not overwrite it",
             )
             continue
         for node in sorted(rendered.changed_entries):
-            out.append(
-                Finding(
-                    id="node-config-rendered",
-                    severity="warning",
-                    objects=(cm_ref(ref.namespace, ref.name), ObjectRef(kind="Node", name=node)),
-                    message=f"the {ref.key} entry for {node} does not match its released "
-                    "configuration (vgpu.volcano.sh/config)"
-                    + ("" if node in released else "; the node is no longer managed"),
-                    fix="let the operator render it (enforce mode); the node's plugin pod "
-                    "must then restart",
-                    fixable_by_operator=True,
-                )
+            yield warning(
+                (cm_ref(ref.namespace, ref.name), ObjectRef(kind="Node", name=node)),
+                f"the {ref.key} entry for {node} does not match its released configuration "
+                "(vgpu.volcano.sh/config)"
+                + ("" if node in released else "; the node is no longer managed"),
+                fix="let the operator render it (enforce mode); the node's plugin pod must then "
+                "restart",
+                fixable=True,
             )
-    return out

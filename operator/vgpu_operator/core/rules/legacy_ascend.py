@@ -3,9 +3,10 @@ mode (seed 004 `异构设备虚拟化`): both configured in the scheduler conf a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from vgpu_operator.core.rules.base import Finding, ObjectRef, Severity, cm_ref, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.rules.placement import reaches
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, Obj, name_of, pod_done, requested
 from vgpu_operator.models.volcano import LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER
@@ -19,8 +20,7 @@ MIGRATION = (
 
 
 @rule("legacy-gpu-sharing", "no legacy GPU sharing configured or requested")
-def check_legacy(s: ClusterSnapshot) -> list[Finding]:
-    out: list[Finding] = []
+def check_legacy(s: ClusterSnapshot) -> Iterator[Issue]:
     conf = s.scheduler_conf
     ref = s.config.scheduler.config_map
     if conf is not None:
@@ -30,45 +30,32 @@ def check_legacy(s: ClusterSnapshot) -> list[Finding]:
             ("deviceshare.GPUNumberEnable", args.gpu_number_enable),
         ):
             if on:
-                out.append(
-                    Finding(
-                        id="legacy-gpu-sharing",
-                        severity="warning",
-                        objects=(cm_ref(ref.namespace, ref.name),),
-                        message=f"{key} is on: GPU sharing is deprecated since Volcano v1.9",
-                        fix=f"migrate to vGPU ({MIGRATION}), then set {key}: false",
-                        fixable_by_operator=args.vgpu_enable,
-                    )
+                yield warning(
+                    cm_ref(ref.namespace, ref.name),
+                    f"{key} is on: GPU sharing is deprecated since Volcano v1.9",
+                    fix=f"migrate to vGPU ({MIGRATION}), then set {key}: false",
+                    fixable=args.vgpu_enable,
                 )
         predicates = conf.plugin("predicates")
         for key in ("predicate.GPUSharingEnable", "predicate.GPUNumberEnable"):
             if predicates is not None and predicates.arguments.get(key) is True:
-                out.append(
-                    Finding(
-                        id="legacy-gpu-sharing",
-                        severity="warning",
-                        objects=(cm_ref(ref.namespace, ref.name),),
-                        message=f"predicates has {key}: true, the Volcano ≤ v1.8.2 form of "
-                        "GPU sharing (deprecated since v1.9)",
-                        fix=f"remove {key} and migrate to vGPU ({MIGRATION})",
-                    )
+                yield warning(
+                    cm_ref(ref.namespace, ref.name),
+                    f"predicates has {key}: true, the Volcano ≤ v1.8.2 form of GPU sharing "
+                    "(deprecated since v1.9)",
+                    fix=f"remove {key} and migrate to vGPU ({MIGRATION})",
                 )
     for pod in s.pods:
         if pod_done(pod):
             continue
         legacy = sorted(set(requested(pod)) & {LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER})
         if legacy:
-            out.append(
-                Finding(
-                    id="legacy-gpu-sharing",
-                    severity="warning",
-                    objects=(ObjectRef.of("Pod", pod),),
-                    message=f"the pod requests {', '.join(legacy)} (legacy GPU sharing, "
-                    "deprecated since Volcano v1.9)",
-                    fix=MIGRATION[0].upper() + MIGRATION[1:],
-                )
+            yield warning(
+                ObjectRef.of("Pod", pod),
+                f"the pod requests {', '.join(legacy)} (legacy GPU sharing, deprecated since "
+                "Volcano v1.9)",
+                fix=MIGRATION[0].upper() + MIGRATION[1:],
             )
-    return out
 
 
 def mindcluster_plugins(s: ClusterSnapshot) -> list[tuple[Obj, WorkloadView, str | None]]:
@@ -91,10 +78,10 @@ def _is_false(value: Any) -> bool:
 
 
 @rule("ascend-mindcluster", "Ascend MindCluster vNPU is switched on consistently")
-def check_mindcluster(s: ClusterSnapshot) -> list[Finding]:
+def check_mindcluster(s: ClusterSnapshot) -> Iterator[Issue]:
     conf = s.scheduler_conf
     if conf is None:
-        return []
+        return
     ref = s.config.scheduler.config_map
     conf_obj = cm_ref(ref.namespace, ref.name)
     args = conf.deviceshare
@@ -102,68 +89,51 @@ def check_mindcluster(s: ClusterSnapshot) -> list[Finding]:
     init = conf.configuration("init-params") or {}
     init_false = _is_false(init.get("presetVirtualDevice"))
     plugins = mindcluster_plugins(s)
-    out: list[Finding] = []
-
-    def add(severity: Severity, objs: tuple[ObjectRef, ...], message: str, fix: str) -> None:
-        out.append(
-            Finding(
-                id="ascend-mindcluster", severity=severity, objects=objs, message=message, fix=fix
-            )
-        )
-
     if args.mistyped("AscendMindClusterVNPUEnable"):
-        add(
-            "error",
-            (conf_obj,),
+        yield error(
+            conf_obj,
             "deviceshare.AscendMindClusterVNPUEnable is not a YAML boolean; Volcano ignores it",
-            "write `deviceshare.AscendMindClusterVNPUEnable: true`",
+            fix="write `deviceshare.AscendMindClusterVNPUEnable: true`",
         )
     if enabled and not init_false:
-        add(
-            "error",
-            (conf_obj,),
-            "AscendMindClusterVNPUEnable is on but the init-params "
-            'configuration does not set presetVirtualDevice: "false": 310P chips are not '
-            "virtualized dynamically",
-            'add presetVirtualDevice: "false" to the arguments of '
-            "the `init-params` entry under configurations",
+        yield error(
+            conf_obj,
+            "AscendMindClusterVNPUEnable is on but the init-params configuration does not set "
+            'presetVirtualDevice: "false": 310P chips are not virtualized dynamically',
+            fix='add presetVirtualDevice: "false" to the arguments of the `init-params` entry '
+            "under configurations",
         )
     if enabled and not plugins:
-        add(
-            "warning",
-            (conf_obj,),
-            "AscendMindClusterVNPUEnable is on but no Ascend device "
-            "plugin DaemonSet (with -presetVirtualDevice) was found",
-            "deploy the MindCluster Ascend device plugin with -presetVirtualDevice=false",
+        yield warning(
+            conf_obj,
+            "AscendMindClusterVNPUEnable is on but no Ascend device plugin DaemonSet (with "
+            "-presetVirtualDevice) was found",
+            fix="deploy the MindCluster Ascend device plugin with -presetVirtualDevice=false",
         )
     for ds, _, preset in plugins:
         ds_ref = ObjectRef.of("DaemonSet", ds)
         plugin_false = _is_false(preset)
         if enabled and not plugin_false:
-            add(
-                "error",
+            yield error(
                 (conf_obj, ds_ref),
-                f"the scheduler virtualizes 310P chips dynamically "
-                f"but the device plugin runs with -presetVirtualDevice={preset or 'true'}",
-                "set -presetVirtualDevice=false in the device plugin's args",
+                "the scheduler virtualizes 310P chips dynamically but the device plugin runs "
+                f"with -presetVirtualDevice={preset or 'true'}",
+                fix="set -presetVirtualDevice=false in the device plugin's args",
             )
         elif not enabled and plugin_false:
-            add(
-                "warning",
+            yield warning(
                 (conf_obj, ds_ref),
-                "the device plugin runs with "
-                "-presetVirtualDevice=false but deviceshare.AscendMindClusterVNPUEnable is off: "
-                "nothing creates the virtual devices",
-                "set "
-                "deviceshare.AscendMindClusterVNPUEnable: true (and init-params "
+                "the device plugin runs with -presetVirtualDevice=false but "
+                "deviceshare.AscendMindClusterVNPUEnable is off: nothing creates the virtual "
+                "devices",
+                fix="set deviceshare.AscendMindClusterVNPUEnable: true (and init-params "
                 'presetVirtualDevice: "false"), or drop the flag',
             )
     if not enabled and init_false and not plugins:
-        add(
-            "warning",
-            (conf_obj,),
+        yield warning(
+            conf_obj,
             'init-params sets presetVirtualDevice: "false" but AscendMindClusterVNPUEnable is off',
-            "switch both on together, or neither",
+            fix="switch both on together, or neither",
         )
     if enabled and args.ascend_hami_vnpu_enable:
         hami = s.ascend_plugin
@@ -173,19 +143,16 @@ def check_mindcluster(s: ClusterSnapshot) -> list[Finding]:
             if hami is not None and reaches(hami, n) and any(reaches(v, n) for _, v, _ in plugins)
         )
         if both:
-            add(
-                "error",
-                (conf_obj,),
-                "HAMi mode and MindCluster mode are both on and both "
-                f"device plugins serve the same chips on {', '.join(both[:10])}",
-                "keep each Ascend node in one mode: restrict one plugin's nodeSelector",
+            yield error(
+                conf_obj,
+                "HAMi mode and MindCluster mode are both on and both device plugins serve the "
+                f"same chips on {', '.join(both[:10])}",
+                fix="keep each Ascend node in one mode: restrict one plugin's nodeSelector",
             )
         else:
-            add(
-                "info",
-                (conf_obj,),
-                "HAMi and MindCluster vNPU modes are both on (no node is "
-                "served by both plugins now)",
-                "keep their node sets apart",
+            yield info(
+                conf_obj,
+                "HAMi and MindCluster vNPU modes are both on (no node is served by both plugins "
+                "now)",
+                fix="keep their node sets apart",
             )
-    return out

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from vgpu_operator import contract
 from vgpu_operator.core.geometry import build_known_geometries, catalog_for
-from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_factor
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, Obj, labels_of, name_of
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, first_match
@@ -20,68 +21,50 @@ def _node(node: Obj) -> ObjectRef:
 
 
 @rule("node-registration", "each vGPU node is registered by the plugin in its configured mode")
-def check_registration(s: ClusterSnapshot) -> list[Finding]:
-    out: list[Finding] = []
+def check_registration(s: ClusterSnapshot) -> Iterator[Issue]:
     can_restart = s.config.restarts.allowed
     for node in s.vgpu_nodes:
         name = name_of(node)
         records = s.registered(node)
         if records is None:
-            out.append(
-                Finding(
-                    id="node-registration",
-                    severity="error",
-                    objects=(_node(node),),
-                    message=f"{name} has no {REGISTER_ANNOTATION}: the device plugin has not "
-                    "registered its GPUs, so the scheduler gives it no vGPU device",
-                    fix="check that a device plugin pod runs on the node (see plugin-placement) "
-                    "and its log",
-                )
+            yield error(
+                _node(node),
+                f"{name} has no {REGISTER_ANNOTATION}: the device plugin has not registered its "
+                "GPUs, so the scheduler gives it no vGPU device",
+                fix="check that a device plugin pod runs on the node (see plugin-placement) and "
+                "its log",
             )
             continue
         if not records:
-            out.append(
-                Finding(
-                    id="node-registration",
-                    severity="error",
-                    objects=(_node(node),),
-                    message=f"{name}: {REGISTER_ANNOTATION} cannot be read",
-                    fix="restart the node's device plugin pod",
-                )
+            yield error(
+                _node(node),
+                f"{name}: {REGISTER_ANNOTATION} cannot be read",
+                fix="restart the node's device plugin pod",
             )
             continue
         if any(r.mode is None for r in records):
-            out.append(
-                Finding(
-                    id="node-registration",
-                    severity="error",
-                    objects=(_node(node),),
-                    message=f"{name}: register records have no mode field (plugin before "
-                    "v1.10); Volcano v1.12+ rejects them",
-                    fix="upgrade the device plugin",
-                )
+            yield error(
+                _node(node),
+                f"{name}: register records have no mode field (plugin before v1.10); Volcano "
+                "v1.12+ rejects them",
+                fix="upgrade the device plugin",
             )
             continue
         want = s.node_config.effective_for(name).mode
         modes = sorted({r.mode or "" for r in records})
         if modes != [want]:
-            out.append(
-                Finding(
-                    id="node-registration",
-                    severity="error",
-                    objects=(_node(node),),
-                    message=f"{name} is registered in mode {', '.join(modes)} but its "
-                    f"node-config entry says {want}: the plugin pod read config.json before the "
-                    "entry changed (pods pinned to the other mode are rejected there)",
-                    fix=f"restart the device plugin pod on {name}",
-                    fixable_by_operator=can_restart,
-                )
+            yield error(
+                _node(node),
+                f"{name} is registered in mode {', '.join(modes)} but its node-config entry says "
+                f"{want}: the plugin pod read config.json before the entry changed (pods pinned "
+                "to the other mode are rejected there)",
+                fix=f"restart the device plugin pod on {name}",
+                fixable=can_restart,
             )
-    return out
 
 
 @rule("mig-geometry-coverage", "knownMigGeometries covers every GPU model on MIG nodes")
-def check_mig_coverage(s: ClusterSnapshot) -> list[Finding]:
+def check_mig_coverage(s: ClusterSnapshot) -> Iterator[Issue]:
     src = s.scheduler_device_config
     geometries = s.scheduler_nvidia.geometries()
     fallback = src.parsed is None
@@ -99,19 +82,14 @@ def check_mig_coverage(s: ClusterSnapshot) -> list[Finding]:
     coverable = {n for n in s.mig_gpu_names if first_match(ours_plan.entries, n) is not None}
     reads_ours = not fallback and (src.namespace, src.name) == ref.ref()
 
-    out: list[Finding] = []
     for node in s.mig_nodes:
         names, source = s.gpu_names(node)
         if not names:
-            out.append(
-                Finding(
-                    id="mig-geometry-coverage",
-                    severity="warning",
-                    objects=(_node(node),),
-                    message=f"{name_of(node)} is a MIG node but its GPU model is unknown (no "
-                    "register records, inventory or GFD label)",
-                    fix="let the agent report the inventory, or check the device plugin",
-                )
+            yield warning(
+                _node(node),
+                f"{name_of(node)} is a MIG node but its GPU model is unknown (no register "
+                "records, inventory or GFD label)",
+                fix="let the agent report the inventory, or check the device plugin",
             )
             continue
         for nvml in names:
@@ -136,28 +114,19 @@ def check_mig_coverage(s: ClusterSnapshot) -> list[Finding]:
                     f"add an entry whose models include a substring of {nvml!r} to "
                     "migGeometries.catalog in the operator config"
                 )
-            out.append(
-                Finding(
-                    id="mig-geometry-coverage",
-                    severity="error",
-                    objects=(
-                        _node(node),
-                        ObjectRef(kind="ConfigMap", name=src.name, namespace=src.namespace),
-                    ),
-                    message=f"no knownMigGeometries model in {where} matches 'NVIDIA-{nvml}' "
-                    f"on {name_of(node)}{approx}: the scheduler treats the node as hami-core "
-                    "('mig type not found', vvdp #102) while its plugin runs MIG",
-                    fix=fix,
-                    fixable_by_operator=fixable,
-                )
+            yield error(
+                (_node(node), cm_ref(src.namespace, src.name)),
+                f"no knownMigGeometries model in {where} matches 'NVIDIA-{nvml}' on "
+                f"{name_of(node)}{approx}: the scheduler treats the node as hami-core ('mig "
+                "type not found', vvdp #102) while its plugin runs MIG",
+                fix=fix,
+                fixable=fixable,
             )
-    return out
 
 
 @rule("gpu-memory-factor", "no node registers more than 60,000 memory entries")
-def check_memory_factor(s: ClusterSnapshot) -> list[Finding]:
+def check_memory_factor(s: ClusterSnapshot) -> Iterator[Issue]:
     factor = plugin_factor(s)
-    out: list[Finding] = []
     for node in s.vgpu_nodes:
         records = s.registered(node)
         if records:
@@ -175,16 +144,11 @@ def check_memory_factor(s: ClusterSnapshot) -> list[Finding]:
         if entries <= MAX_MEMORY_ENTRIES:
             continue
         need = math.ceil(total_mib / MAX_MEMORY_ENTRIES)
-        out.append(
-            Finding(
-                id="gpu-memory-factor",
-                severity="warning",
-                objects=(_node(node),),
-                message=f"{name_of(node)} registers {entries} memory entries with "
-                f"gpuMemoryFactor {factor} (the plugin warns above {MAX_MEMORY_ENTRIES}; users "
-                "then see volcano.sh/vgpu-memory: 0)",
-                fix=f"set gpuMemoryFactor to at least {need} in the operator config (memory "
-                f"requests are then in units of {need} MiB)",
-            )
+        yield warning(
+            _node(node),
+            f"{name_of(node)} registers {entries} memory entries with gpuMemoryFactor {factor} "
+            f"(the plugin warns above {MAX_MEMORY_ENTRIES}; users then see "
+            "volcano.sh/vgpu-memory: 0)",
+            fix=f"set gpuMemoryFactor to at least {need} in the operator config (memory requests "
+            f"are then in units of {need} MiB)",
         )
-    return out

@@ -3,11 +3,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from vgpu_operator.core.render.plugin_args import desired_flags
 from vgpu_operator.core.rules import facts
-from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.base import (
+    Issue,
+    ObjectRef,
+    cm_ref,
+    error,
+    info,
+    rule,
+    warning,
+)
 from vgpu_operator.core.rules.placement import selector_problem, taint_text, untolerated
 from vgpu_operator.core.rules.snapshot import (
     ClusterSnapshot,
@@ -94,10 +103,10 @@ def _ds_ref(s: ClusterSnapshot) -> ObjectRef:
 
 
 @rule("plugin-resource-name-flags", "plugin ≤ v1.11 registers the names the scheduler counts")
-def check_name_flags(s: ClusterSnapshot) -> list[Finding]:
+def check_name_flags(s: ClusterSnapshot) -> Iterator[Issue]:
     c = s.plugin_container
     if c is None or c.version is None or not facts.plugin_takes_name_flags(c.version):
-        return []
+        return
     names = plugin_names(s)
     assert names is not None
     sched = s.scheduler_nvidia
@@ -121,40 +130,33 @@ def check_name_flags(s: ClusterSnapshot) -> list[Finding]:
             )
         )
     wanted = desired_flags(c.version, s.config)
-    out = []
     for flag, plugin_value, sched_value, key in pairs:
         if plugin_value == sched_value:
             continue
         given = flag.lstrip("-") in c.flags
-        out.append(
-            Finding(
-                id="plugin-resource-name-flags",
-                severity="error",
-                objects=(_ds_ref(s),),
-                message=f"plugin {c.version} registers {plugin_value} "
-                f"({flag} {'given' if given else 'not given: its default'}), but the scheduler "
-                f"counts {sched_value or '(nothing)'} (from {src.namespace}/{src.name}"
-                f"{'' if src.parsed else ', built-in default'}): pods requesting either are "
-                "bound without device annotations and fail with UnexpectedAdmissionError "
-                "(device request not found)",
-                fix=f"make them agree (seed 002 §5.1: three places): pass "
-                f"{flag}={wanted[flag.lstrip('-')]} and keep {key} of the scheduler's ConfigMap "
-                f"the same, or, if {plugin_value} is intended, point the scheduler at a "
-                f"ConfigMap whose {key} is {plugin_value}",
-                fixable_by_operator=True,
-            )
+        yield error(
+            _ds_ref(s),
+            f"plugin {c.version} registers {plugin_value} "
+            f"({flag} {'given' if given else 'not given: its default'}), but the scheduler "
+            f"counts {sched_value or '(nothing)'} (from {src.namespace}/{src.name}"
+            f"{'' if src.parsed else ', built-in default'}): pods requesting either are bound "
+            "without device annotations and fail with UnexpectedAdmissionError (device request "
+            "not found)",
+            fix=f"make them agree (seed 002 §5.1: three places): pass "
+            f"{flag}={wanted[flag.lstrip('-')]} and keep {key} of the scheduler's ConfigMap the "
+            f"same, or, if {plugin_value} is intended, point the scheduler at a ConfigMap whose "
+            f"{key} is {plugin_value}",
+            fixable=True,
         )
-    return out
 
 
 @rule("plugin-config-flags-override", "no plugin flag silently overrides the ConfigMap")
-def check_flag_override(s: ClusterSnapshot) -> list[Finding]:
+def check_flag_override(s: ClusterSnapshot) -> Iterator[Issue]:
     c = s.plugin_container
     n = s.plugin_device_config.nvidia
     if c is None or n is None:
-        return []
+        return
     always = c.version is not None and facts.plugin_flags_always_override(c.version)
-    out = []
     for flag, key in NUMERIC_FLAGS.items():
         cm_value = {
             "deviceSplitCount": n.device_split_count,
@@ -176,45 +178,35 @@ def check_flag_override(s: ClusterSnapshot) -> list[Finding]:
             continue
         if cm_value is not None and float(cm_value) == value:
             if given is not None and not always:
-                out.append(
-                    Finding(
-                        id="plugin-config-flags-override",
-                        severity="info",
-                        objects=(_ds_ref(s),),
-                        message=f"--{flag}={given.value} is given explicitly: later edits of "
-                        f"{key} in the ConfigMap will be ignored by the plugin",
-                        fix=f"remove --{flag} from the plugin's args",
-                    )
+                yield info(
+                    _ds_ref(s),
+                    f"--{flag}={given.value} is given explicitly: later edits of {key} in the "
+                    "ConfigMap will be ignored by the plugin",
+                    fix=f"remove --{flag} from the plugin's args",
                 )
             continue
         how = "given" if given is not None else "not given, so its default applies:"
-        out.append(
-            Finding(
-                id="plugin-config-flags-override",
-                severity="warning",
-                objects=(_ds_ref(s),),
-                message=f"--{flag} is {how} {value:g}, which overrides {key}="
-                f"{cm_value if cm_value is not None else '(unset)'} of the ConfigMap on every "
-                "node without its own node-config value",
-                fix=f"set --{flag} to the ConfigMap's value"
-                if always
-                else f"remove --{flag} from the plugin's args",
-                fixable_by_operator=always,
-            )
+        yield warning(
+            _ds_ref(s),
+            f"--{flag} is {how} {value:g}, which overrides {key}="
+            f"{cm_value if cm_value is not None else '(unset)'} of the ConfigMap on every node "
+            "without its own node-config value",
+            fix=f"set --{flag} to the ConfigMap's value"
+            if always
+            else f"remove --{flag} from the plugin's args",
+            fixable=always,
         )
-    return out
 
 
 @rule("plugin-resource-name-prefix", "resource names are in volcano.sh/ (plugin ≥ v1.12)")
-def check_prefix(s: ClusterSnapshot) -> list[Finding]:
+def check_prefix(s: ClusterSnapshot) -> Iterator[Issue]:
     c = s.plugin_container
     n = s.plugin_device_config.nvidia
     if c is None or n is None:
-        return []
+        return
     if c.version is not None and not facts.plugin_prefixes_names(c.version):
-        return []
+        return
     src = s.plugin_device_config
-    out = []
     for key, name in (
         ("resourceCountName", n.resource_count_name),
         ("resourceMemoryName", n.resource_memory_name),
@@ -222,21 +214,12 @@ def check_prefix(s: ClusterSnapshot) -> list[Finding]:
     ):
         if name and not name.startswith(VOLCANO_PREFIX):
             assumed = "" if c.version else " (version unknown from the image tag: assumed ≥ v1.12)"
-            out.append(
-                Finding(
-                    id="plugin-resource-name-prefix",
-                    severity="error",
-                    objects=(
-                        _ds_ref(s),
-                        ObjectRef(kind="ConfigMap", name=src.name, namespace=src.namespace),
-                    ),
-                    message=f"{key} is {name}: the plugin{assumed} registers it as "
-                    f"{VOLCANO_PREFIX}{name}, not the name pods request and the scheduler counts",
-                    fix="use a volcano.sh/ name (the defaults volcano.sh/vgpu-* are safest)",
-                    fixable_by_operator=False,
-                )
+            yield error(
+                (_ds_ref(s), cm_ref(src.namespace, src.name)),
+                f"{key} is {name}: the plugin{assumed} registers it as {VOLCANO_PREFIX}{name}, "
+                "not the name pods request and the scheduler counts",
+                fix="use a volcano.sh/ name (the defaults volcano.sh/vgpu-* are safest)",
             )
-    return out
 
 
 def _owned_taints(node: Obj) -> set[str]:
@@ -248,8 +231,7 @@ def _owned_taints(node: Obj) -> set[str]:
 
 
 @rule("plugin-placement", "the device plugin DaemonSets reach every managed node")
-def check_placement(s: ClusterSnapshot) -> list[Finding]:
-    out: list[Finding] = []
+def check_placement(s: ClusterSnapshot) -> Iterator[Issue]:
     targets = [
         (s.config.device_plugin, s.plugin, s.vgpu_nodes, "vGPU"),
         (s.config.ascend_device_plugin, s.ascend_plugin, s.managed(("ascend-vnpu",)), "Ascend"),
@@ -260,31 +242,22 @@ def check_placement(s: ClusterSnapshot) -> list[Finding]:
         shown = [name_of(n) for n in nodes[:5]]
         if view is None:
             if nodes:
-                out.append(
-                    Finding(
-                        id="plugin-placement",
-                        severity="error",
-                        objects=(ds,),
-                        message=f"the {what} device plugin DaemonSet was not found, but "
-                        f"{len(nodes)} node(s) need it ({', '.join(shown)})",
-                        fix=f"deploy it, or set {field} in the operator config to where it is",
-                    )
+                yield error(
+                    ds,
+                    f"the {what} device plugin DaemonSet was not found, but {len(nodes)} node(s) "
+                    f"need it ({', '.join(shown)})",
+                    fix=f"deploy it, or set {field} in the operator config to where it is",
                 )
             continue
         for node in nodes:
             node_ref = ObjectRef(kind="Node", name=name_of(node))
             problem = selector_problem(view, node)
             if problem:
-                out.append(
-                    Finding(
-                        id="plugin-placement",
-                        severity="error",
-                        objects=(ds, node_ref),
-                        message=f"the {what} device plugin cannot run on {name_of(node)}: "
-                        f"{problem}",
-                        fix="widen the DaemonSet's nodeSelector/affinity (or label the node "
-                        "through the policy's nodeLabels)",
-                    )
+                yield error(
+                    (ds, node_ref),
+                    f"the {what} device plugin cannot run on {name_of(node)}: {problem}",
+                    fix="widen the DaemonSet's nodeSelector/affinity (or label the node through "
+                    "the policy's nodeLabels)",
                 )
             blocked = untolerated(view, node)
             if blocked:
@@ -293,56 +266,45 @@ def check_placement(s: ClusterSnapshot) -> list[Finding]:
                     taint_text(t) + (" (set by the policy)" if taint_text(t) in policy else "")
                     for t in blocked
                 ]
-                out.append(
-                    Finding(
-                        id="plugin-placement",
-                        severity="error",
-                        objects=(ds, node_ref),
-                        message=f"the {what} device plugin does not tolerate "
-                        f"{', '.join(texts)} on {name_of(node)}, so it never runs there",
-                        fix="add a toleration for "
-                        + ", ".join(str(t.get("key")) for t in blocked)
-                        + " to the DaemonSet",
-                    )
+                yield error(
+                    (ds, node_ref),
+                    f"the {what} device plugin does not tolerate {', '.join(texts)} on "
+                    f"{name_of(node)}, so it never runs there",
+                    fix="add a toleration for "
+                    + ", ".join(str(t.get("key")) for t in blocked)
+                    + " to the DaemonSet",
                 )
-    return out
 
 
 @rule("plugin-node-config-mounted", "the node-config ConfigMap is mounted at /config")
-def check_mount(s: ClusterSnapshot) -> list[Finding]:
+def check_mount(s: ClusterSnapshot) -> Iterator[Issue]:
     view, c = s.plugin, s.plugin_container
     if view is None or c is None:
-        return []
+        return
     ref = s.config.node_config
     volumes = view.configmap_volumes()
     for mount in c.volume_mounts:
         if mount.get("mountPath", "").rstrip("/") == "/config":
             cm_name = volumes.get(str(mount.get("name")))
             if cm_name == ref.name:
-                return []
+                return
             found = f"/config holds ConfigMap {cm_name}" if cm_name else "/config is no ConfigMap"
             break
     else:
         found = "nothing is mounted at /config"
-    return [
-        Finding(
-            id="plugin-node-config-mounted",
-            severity="error",
-            objects=(_ds_ref(s),),
-            message=f"{found}: the plugin reads no /config/config.json, so every node runs "
-            "hami-core and per-node split counts and filters are ignored (MIG nodes are not "
-            "MIG to it)",
-            fix=f"mount ConfigMap {ref.name} at /config in container {c.name} (Helm: "
-            "nodeConfig.enabled=true)",
-        )
-    ]
+    yield error(
+        _ds_ref(s),
+        f"{found}: the plugin reads no /config/config.json, so every node runs hami-core and "
+        "per-node split counts and filters are ignored (MIG nodes are not MIG to it)",
+        fix=f"mount ConfigMap {ref.name} at /config in container {c.name} (Helm: "
+        "nodeConfig.enabled=true)",
+    )
 
 
 @rule("nvidia-device-plugin-conflict", "no NVIDIA device plugin runs on a vGPU node")
-def check_nvidia_plugin(s: ClusterSnapshot) -> list[Finding]:
+def check_nvidia_plugin(s: ClusterSnapshot) -> Iterator[Issue]:
     match = s.config.nvidia_device_plugin
     vgpu = {name_of(n) for n in s.vgpu_nodes}
-    out = []
     for pod in s.pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in vgpu or pod_done(pod) or (s.plugin and s.plugin.selects(pod)):
@@ -354,16 +316,11 @@ def check_nvidia_plugin(s: ClusterSnapshot) -> list[Finding]:
         )
         by_image = any(sub in img for img in images for sub in match.image_substrings)
         if by_label or by_image:
-            out.append(
-                Finding(
-                    id="nvidia-device-plugin-conflict",
-                    severity="error",
-                    objects=(ObjectRef.of("Pod", pod), ObjectRef(kind="Node", name=str(node))),
-                    message=f"NVIDIA's device plugin pod {meta(pod).get('name')} runs on vGPU "
-                    f"node {node}: two plugins advertise the same GPUs (after a restart "
-                    "nvidia.com/gpu reappears with the physical count, HAMi #829)",
-                    fix="set disableNvidiaDevicePlugin: true on the node's policy (GPU "
-                    "Operator), or exclude vgpu.volcano.sh/mode nodes from that DaemonSet",
-                )
+            yield error(
+                (ObjectRef.of("Pod", pod), ObjectRef(kind="Node", name=str(node))),
+                f"NVIDIA's device plugin pod {meta(pod).get('name')} runs on vGPU node {node}: "
+                "two plugins advertise the same GPUs (after a restart nvidia.com/gpu reappears "
+                "with the physical count, HAMi #829)",
+                fix="set disableNvidiaDevicePlugin: true on the node's policy (GPU Operator), or "
+                "exclude vgpu.volcano.sh/mode nodes from that DaemonSet",
             )
-    return out

@@ -4,9 +4,10 @@ rejects with UnexpectedAdmissionError (§3.6, §9)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 
-from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, error, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_names
 from vgpu_operator.core.rules.snapshot import (
     ClusterSnapshot,
@@ -40,34 +41,29 @@ def _stale(pods: list[Obj], since: datetime) -> list[Obj]:
 
 
 @rule("restart-needed", "scheduler and plugin pods started after the config they read once")
-def check_restarts(s: ClusterSnapshot) -> list[Finding]:
-    out: list[Finding] = []
+def check_restarts(s: ClusterSnapshot) -> Iterator[Issue]:
     fixable = s.config.restarts.allowed
     sched, src = s.scheduler, s.scheduler_device_config
     since = data_changed_at(src.cm) if src.cm else None
     if sched is not None and since is not None:
         stale = _stale(s.pods_of(sched), since)
         if stale:
-            out.append(
-                Finding(
-                    id="restart-needed",
-                    severity="warning",
-                    objects=(
-                        ObjectRef(kind="Deployment", name=sched.name, namespace=sched.namespace),
-                        *(ObjectRef.of("Pod", p) for p in stale),
-                    ),
-                    message=f"{len(stale)} scheduler pod(s) started before {src.namespace}/"
-                    f"{src.name} changed at {_stamp(since)}; the scheduler reads it once per "
-                    "process and still works with the old content",
-                    fix=f"kubectl -n {sched.namespace} rollout restart deployment/{sched.name} "
-                    "(then look for stranded-pods: pending vGPU pods can be bound without "
-                    "devices right after a restart)",
-                    fixable_by_operator=fixable,
-                )
+            yield warning(
+                (
+                    ObjectRef(kind="Deployment", name=sched.name, namespace=sched.namespace),
+                    *(ObjectRef.of("Pod", p) for p in stale),
+                ),
+                f"{len(stale)} scheduler pod(s) started before {src.namespace}/{src.name} "
+                f"changed at {_stamp(since)}; the scheduler reads it once per process and still "
+                "works with the old content",
+                fix=f"kubectl -n {sched.namespace} rollout restart deployment/{sched.name} (then "
+                "look for stranded-pods: pending vGPU pods can be bound without devices right "
+                "after a restart)",
+                fixable=fixable,
             )
     plugin = s.plugin
     if plugin is None:
-        return out
+        return
     psrc = s.plugin_device_config
     device_since = data_changed_at(psrc.cm) if psrc.cm else None
     node_cm_since = data_changed_at(s.node_config_cm) if s.node_config_cm else None
@@ -86,24 +82,18 @@ def check_restarts(s: ClusterSnapshot) -> list[Finding]:
             what = "its node-config entry" if owned_time else "the node-config ConfigMap"
             reasons.append(f"{what} changed at {_stamp(entry_since)}")
         if reasons:
-            out.append(
-                Finding(
-                    id="restart-needed",
-                    severity="warning",
-                    objects=(
-                        ObjectRef(kind="DaemonSet", name=plugin.name, namespace=plugin.namespace),
-                        ObjectRef.of("Pod", pod),
-                        ObjectRef(kind="Node", name=node),
-                    ),
-                    message=f"device plugin pod {name_of(pod)} on {node} started at "
-                    f"{_stamp(started)}, before {' and '.join(reasons)}; it reads its "
-                    "configuration only at start",
-                    fix=f"kubectl -n {plugin.namespace} delete pod {name_of(pod)} (the "
-                    "DaemonSet recreates it)",
-                    fixable_by_operator=fixable,
-                )
+            yield warning(
+                (
+                    ObjectRef(kind="DaemonSet", name=plugin.name, namespace=plugin.namespace),
+                    ObjectRef.of("Pod", pod),
+                    ObjectRef(kind="Node", name=node),
+                ),
+                f"device plugin pod {name_of(pod)} on {node} started at {_stamp(started)}, "
+                f"before {' and '.join(reasons)}; it reads its configuration only at start",
+                fix=f"kubectl -n {plugin.namespace} delete pod {name_of(pod)} (the DaemonSet "
+                "recreates it)",
+                fixable=fixable,
             )
-    return out
 
 
 def _scheduler_name(s: ClusterSnapshot) -> str:
@@ -113,7 +103,7 @@ def _scheduler_name(s: ClusterSnapshot) -> str:
 
 
 @rule("stranded-pods", "no vGPU pod is bound without device annotations")
-def check_stranded(s: ClusterSnapshot) -> list[Finding]:
+def check_stranded(s: ClusterSnapshot) -> Iterator[Issue]:
     sched_count = s.scheduler_nvidia.resource_count_name or ""
     names = {sched_count, s.config.resource_names.count}
     pnames = plugin_names(s)
@@ -129,7 +119,6 @@ def check_stranded(s: ClusterSnapshot) -> list[Finding]:
         conf_problem = "deviceshare.VGPUEnable is off (see scheduler-vgpu-enabled)"
     elif conf is not None and conf.plugin("predicates") is None:
         conf_problem = "the scheduler conf has no predicates plugin (see scheduler-predicates)"
-    out: list[Finding] = []
     for pod in s.pods:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
@@ -171,14 +160,9 @@ def check_stranded(s: ClusterSnapshot) -> list[Finding]:
             if rejected
             else f"kubelet will reject it with {UAE} (the plugin finds no devices for it)"
         )
-        out.append(
-            Finding(
-                id="stranded-pods",
-                severity="error",
-                objects=(ObjectRef.of("Pod", pod), ObjectRef(kind="Node", name=str(node))),
-                message=f"pod {meta(pod).get('namespace')}/{name_of(pod)} is bound to {node} "
-                f"without {POD_VGPU_IDS}; {outcome}. Cause: {cause}",
-                fix=fix,
-            )
+        yield error(
+            (ObjectRef.of("Pod", pod), ObjectRef(kind="Node", name=str(node))),
+            f"pod {meta(pod).get('namespace')}/{name_of(pod)} is bound to {node} without "
+            f"{POD_VGPU_IDS}; {outcome}. Cause: {cause}",
+            fix=fix,
         )
-    return out

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vgpu_operator.core.rules import facts
-from vgpu_operator.core.rules.base import Finding, ObjectRef, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule, warning
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, annotations_of, name_of
 from vgpu_operator.models.config import (
     DEFAULT_CORES_NAME,
@@ -26,84 +26,58 @@ def _refs(s: ClusterSnapshot) -> tuple[ObjectRef, ObjectRef]:
 
 
 @rule("version-handshake", "plugin and scheduler versions agree on node registration")
-def check_handshake(s: ClusterSnapshot) -> list[Finding]:
+def check_handshake(s: ClusterSnapshot) -> Iterator[Issue]:
     sched_ref, plugin_ref = _refs(s)
+    both = (sched_ref, plugin_ref)
     sc, pc = s.scheduler_container, s.plugin_container
-    out: list[Finding] = []
     if sc is None or pc is None:
         missing = [str(r) for r, c in ((sched_ref, sc), (plugin_ref, pc)) if c is None]
-        return [
-            Finding(
-                id="version-handshake",
-                severity="warning",
-                objects=(sched_ref, plugin_ref),
-                message=f"{' and '.join(missing)} not found: versions cannot be compared",
-                fix="point scheduler.deployment / devicePlugin in the operator config at them",
-            )
-        ]
+        yield warning(
+            both,
+            f"{' and '.join(missing)} not found: versions cannot be compared",
+            fix="point scheduler.deployment / devicePlugin in the operator config at them",
+        )
+        return
     sv, pv = sc.version, pc.version
     if sv is None or pv is None:
         unknown = [f"{c.image}" for c, v in ((sc, sv), (pc, pv)) if v is None]
-        out.append(
-            Finding(
-                id="version-handshake",
-                severity="info",
-                objects=(sched_ref, plugin_ref),
-                message=f"no version in the image tag of {', '.join(unknown)}: version checks "
-                "are skipped",
-                fix="use images tagged with their version (vX.Y.Z)",
-            )
+        yield info(
+            both,
+            f"no version in the image tag of {', '.join(unknown)}: version checks are skipped",
+            fix="use images tagged with their version (vX.Y.Z)",
         )
     if pv is not None and sv is not None:
         if not facts.plugin_writes_handshake(pv) and facts.scheduler_requires_handshake(sv):
-            out.append(
-                Finding(
-                    id="version-handshake",
-                    severity="error",
-                    objects=(sched_ref, plugin_ref),
-                    message=f"plugin {pv} no longer writes {HANDSHAKE_ANNOTATION}, but Volcano "
-                    f"{sv} ignores every node without it: no node gets any vGPU device, and "
-                    "nothing says so",
-                    fix="upgrade Volcano to v1.14.3+/v1.15.1+ or use plugin v1.12.0",
-                )
+            yield error(
+                both,
+                f"plugin {pv} no longer writes {HANDSHAKE_ANNOTATION}, but Volcano {sv} ignores "
+                "every node without it: no node gets any vGPU device, and nothing says so",
+                fix="upgrade Volcano to v1.14.3+/v1.15.1+ or use plugin v1.12.0",
             )
         elif facts.plugin_writes_handshake(pv) and not facts.scheduler_requires_handshake(sv):
-            out.append(
-                Finding(
-                    id="version-handshake",
-                    severity="info",
-                    objects=(sched_ref, plugin_ref),
-                    message=f"plugin {pv} with Volcano {sv} is outside the plugin's "
-                    "compatibility table (plugin v1.12.0 and below go with Volcano v1.15.0 and "
-                    "below); registration works through allocatable",
-                    fix="use the plugin release built for this Volcano",
-                )
+            yield info(
+                both,
+                f"plugin {pv} with Volcano {sv} is outside the plugin's compatibility table "
+                "(plugin v1.12.0 and below go with Volcano v1.15.0 and below); registration "
+                "works through allocatable",
+                fix="use the plugin release built for this Volcano",
             )
         if not facts.plugin_writes_mode(pv) and facts.scheduler_rejects_five_fields(sv):
-            out.append(
-                Finding(
-                    id="version-handshake",
-                    severity="error",
-                    objects=(sched_ref, plugin_ref),
-                    message=f"plugin {pv} writes 5-field register records; Volcano {sv} "
-                    "rejects them ('wrong Node GPU info')",
-                    fix="upgrade the plugin to v1.10.0 or later",
-                )
+            yield error(
+                both,
+                f"plugin {pv} writes 5-field register records; Volcano {sv} rejects them "
+                "('wrong Node GPU info')",
+                fix="upgrade the plugin to v1.10.0 or later",
             )
     if sv is not None and facts.scheduler_requires_handshake(sv):
         for node in s.vgpu_nodes:
             if HANDSHAKE_ANNOTATION not in annotations_of(node):
-                out.append(
-                    Finding(
-                        id="version-handshake",
-                        severity="error",
-                        objects=(ObjectRef(kind="Node", name=name_of(node)),),
-                        message=f"Volcano {sv} ignores {name_of(node)}: it has no "
-                        f"{HANDSHAKE_ANNOTATION} (no plugin of v1.12.0 or earlier reports there)",
-                        fix="make sure a device plugin pod (≤ v1.12.0) runs on the node",
-                    )
+                yield error(
+                    ObjectRef(kind="Node", name=name_of(node)),
+                    f"Volcano {sv} ignores {name_of(node)}: it has no {HANDSHAKE_ANNOTATION} (no "
+                    "plugin of v1.12.0 or earlier reports there)",
+                    fix="make sure a device plugin pod (≤ v1.12.0) runs on the node",
                 )
-    return out
 
 
 def _allocatable(node: Mapping[str, Any], key: str) -> int:
@@ -115,11 +89,11 @@ def _allocatable(node: Mapping[str, Any], key: str) -> int:
 
 
 @rule("scheduler-default-resource-names", "names Volcano v1.14.3+/v1.15.1+ can see")
-def check_default_names(s: ClusterSnapshot) -> list[Finding]:
+def check_default_names(s: ClusterSnapshot) -> Iterator[Issue]:
     sc = s.scheduler_container
     sv = sc.version if sc else None
     if sv is None or not facts.scheduler_requires_default_names(sv):
-        return []
+        return
     sched_ref, _ = _refs(s)
     defaults = (DEFAULT_COUNT_NAME, DEFAULT_MEMORY_NAME, DEFAULT_CORES_NAME)
     n = s.scheduler_nvidia
@@ -135,7 +109,6 @@ def check_default_names(s: ClusterSnapshot) -> list[Finding]:
             s.config.resource_names.cores,
         ),
     }
-    out: list[Finding] = []
     for where, names in sources.items():
         odd = [
             f"{got} (not {want})"
@@ -143,34 +116,23 @@ def check_default_names(s: ClusterSnapshot) -> list[Finding]:
             if got and got != want
         ]
         if odd:
-            out.append(
-                Finding(
-                    id="scheduler-default-resource-names",
-                    severity="error",
-                    objects=(sched_ref,),
-                    message=f"{where} names {', '.join(odd)}, but Volcano {sv} only sees nodes "
-                    f"whose allocatable has {', '.join(HARDCODED_ALLOCATABLE)}",
-                    fix="use the default volcano.sh/vgpu-* names"
-                    + (
-                        " in resourceNames of the operator config"
-                        if where.endswith("config")
-                        else " (the operator renders them)"
-                    ),
-                    fixable_by_operator=where.endswith("ConfigMap")
-                    and s.config.resource_names.is_default(),
-                )
+            yield error(
+                sched_ref,
+                f"{where} names {', '.join(odd)}, but Volcano {sv} only sees nodes whose "
+                f"allocatable has {', '.join(HARDCODED_ALLOCATABLE)}",
+                fix="use the default volcano.sh/vgpu-* names"
+                + (
+                    " in resourceNames of the operator config"
+                    if where.endswith("config")
+                    else " (the operator renders them)"
+                ),
+                fixable=where.endswith("ConfigMap") and s.config.resource_names.is_default(),
             )
     for node in s.vgpu_nodes:
         missing = [k for k in HARDCODED_ALLOCATABLE if _allocatable(node, k) <= 0]
         if missing:
-            out.append(
-                Finding(
-                    id="scheduler-default-resource-names",
-                    severity="error",
-                    objects=(ObjectRef(kind="Node", name=name_of(node)),),
-                    message=f"Volcano {sv} ignores {name_of(node)}: its allocatable lacks "
-                    f"{', '.join(missing)}",
-                    fix="make sure the device plugin runs there and registers the default names",
-                )
+            yield error(
+                ObjectRef(kind="Node", name=name_of(node)),
+                f"Volcano {sv} ignores {name_of(node)}: its allocatable lacks {', '.join(missing)}",
+                fix="make sure the device plugin runs there and registers the default names",
             )
-    return out
