@@ -34,13 +34,13 @@ from typing import Any
 import aiohttp
 
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
 from vgpu_operator.core.validate import parse_policy
-from vgpu_operator.devcluster.cluster import LocalCluster, write_kubeconfig
+from vgpu_operator.devcluster.cluster import LocalCluster
 from vgpu_operator.devcluster.install import OPERATOR_USER, install_operator_access
 from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
+from vgpu_operator.kubeapi.credentials import Credentials
 
 CONCURRENCY = 32
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -321,22 +321,14 @@ async def main(sizes: list[int]) -> None:
     with LocalCluster.run(
         prefix="vgpu-bench-", with_scheduler=False, profiling=profiling
     ) as cluster:
-        admin = Credentials(
-            server=cluster.server, token=cluster.tokens["admin"], ca_path=str(cluster.ca_file)
-        )
+        admin = Credentials(kubeconfig=str(cluster.kubeconfig))
         apiserver = cluster.pids["kube-apiserver"]
         # The floor's client gets the same connection pool as the operator's.
-        api = admin.api_client(pool_size=CONCURRENCY + 8)
+        api = await admin.client(pool_size=CONCURRENCY + 8)
         async with api:
-            credentials = await install_operator_access(api)
-            assert credentials.token is not None
-            kubeconfig = write_kubeconfig(
-                cluster.workdir / "kubeconfig-bench-operator",
-                cluster.server,
-                credentials.token,
-                cluster.ca_file,
-                OPERATOR_USER,
-            )
+            credentials = await install_operator_access(api, cluster.workdir)
+            assert credentials.kubeconfig is not None
+            kubeconfig = Path(credentials.kubeconfig)
             print(
                 f"{'N':>6} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
                 f"{'floor w/node':>12} {'op w/node':>9} "

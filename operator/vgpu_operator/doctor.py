@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_operator import kubeapi
+from vgpu_operator.kubeapi.credentials import CredentialsError
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
 EXIT_CANNOT_RUN = 2
@@ -66,15 +67,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
     try:
         results = asyncio.run(_check(args.kubeconfig, args.context, config, args.rule))
-    except kubeapi.ApiException as exc:
+    except (CredentialsError, kubeapi.Unreachable, OSError) as exc:
+        print(f"vgpu-operator doctor: cannot reach the cluster: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except kubeapi.ApiError as exc:
         print(
-            f"vgpu-operator doctor: the apiserver refused a read ({exc.status} {exc.reason}); "
-            "the kubeconfig needs get/list on configmaps, deployments, daemonsets, nodes and pods",
+            f"vgpu-operator doctor: the apiserver refused a read ({exc}); the credentials need "
+            "get/list on configmaps, deployments, daemonsets, nodes and pods",
             file=sys.stderr,
         )
-        return EXIT_CANNOT_RUN
-    except (OSError, ValueError, KeyError, StopIteration) as exc:
-        print(f"vgpu-operator doctor: cannot reach the cluster: {exc!r}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     print(format_json(results) if args.output == "json" else format_table(results), end="")
     return exit_code(results)
@@ -83,11 +84,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 async def _check(
     kubeconfig: str | None, context: str | None, config: OperatorConfig, only: list[str] | None
 ) -> Any:
-    from vgpu_operator.controller.kube import load_credentials
     from vgpu_operator.controller.snapshot import read_snapshot
     from vgpu_operator.core.rules import run_rules
+    from vgpu_operator.kubeapi.credentials import resolve
 
-    api = load_credentials(kubeconfig, context).api_client(pool_size=8)
+    api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-doctor")
     async with api:
         snapshot = await read_snapshot(api, config)
     return run_rules(snapshot, only=only)

@@ -19,7 +19,6 @@ from vgpu_operator import contract
 from vgpu_operator.devcluster.agentproc import (
     AgentProcess,
     FakeGpus,
-    agent_kubeconfig,
     fake_model,
     stop_all,
     wait_group_gone,
@@ -96,8 +95,9 @@ async def agent_kubeconfig_path(
     api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The agent ServiceAccount and RBAC from the chart; a kubeconfig with its token."""
-    credentials = await install_agent_access(api)
-    return agent_kubeconfig(tmp_path_factory.mktemp("agent") / "kubeconfig", credentials)
+    credentials = await install_agent_access(api, tmp_path_factory.mktemp("agent"))
+    assert credentials.kubeconfig is not None
+    return Path(credentials.kubeconfig)
 
 
 @pytest.fixture

@@ -23,12 +23,20 @@ from tests.cluster.agentkit import (
     static,
     wait_applied,
 )
-from tests.cluster.helpers import NodeFactory
+from tests.cluster.helpers import NodeFactory, eventually
 from vgpu_operator import contract
 from vgpu_operator.agent.nodeapi import KubeNodeApi
 from vgpu_operator.devcluster import fakesmi_state as fs
 from vgpu_operator.devcluster.agentproc import wait_group_gone
-from vgpu_operator.kubeapi import MERGE_PATCH, ApiException, node_path, policy_path, request
+from vgpu_operator.kubeapi import (
+    MERGE_PATCH,
+    ApiException,
+    Listing,
+    WatchEvent,
+    node_path,
+    policy_path,
+    request,
+)
 
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
 
@@ -43,33 +51,46 @@ async def agent_api(agent_kubeconfig_path: Path) -> Any:
 async def test_own_node_list_and_watch(
     api: client.ApiClient, agent_api: client.ApiClient, make_nodes: NodeFactory
 ) -> None:
+    """The agent's identity lists and watches its own Node only (the field selector), through
+    the shared list-then-watch."""
     [mine, other] = await make_nodes("A30", 2, gpus=1)
     nodes = KubeNodeApi(agent_api, mine, watch_timeout=2)
-    node, rv = await nodes.list()
-    assert node is not None and node["metadata"]["name"] == mine and rv
-
-    seen: list[dict[str, Any]] = []
+    listings: list[Listing] = []
+    seen: list[WatchEvent] = []
 
     async def collect() -> None:
-        async for event in nodes.watch(rv):  # ends when the server ends it (2 s)
-            seen.append(event)
+        async for update in nodes.changes():
+            (listings if isinstance(update, Listing) else seen).append(update)  # type: ignore[arg-type]
 
     task = asyncio.create_task(collect())
-    await asyncio.sleep(0.3)
-    for name in (other, mine):  # only its own Node comes through the field selector
-        await request(
-            api,
-            "PATCH",
-            node_path(name),
-            body={"metadata": {"labels": {"test/marker": "1"}}},
-            content_type=MERGE_PATCH,
-            field_manager=None,
-        )
-    await asyncio.wait_for(task, 15)
-    names = {e["object"]["metadata"].get("name") for e in seen if e["type"] == "MODIFIED"}
-    assert names == {mine}
-    marked = [e for e in seen if (e["object"]["metadata"].get("labels") or {}).get("test/marker")]
-    assert marked, seen
+    try:
+        await eventually(lambda: _true(bool(listings)), timeout=15, interval=0.05)
+        assert [o["metadata"]["name"] for o in listings[0].items] == [mine]
+        for name in (other, mine):  # only its own Node comes through the field selector
+            await request(
+                api,
+                "PATCH",
+                node_path(name),
+                body={"metadata": {"labels": {"test/marker": "1"}}},
+                content_type=MERGE_PATCH,
+                field_manager=None,
+            )
+
+        def marked() -> list[WatchEvent]:
+            return [e for e in seen if (e.obj["metadata"].get("labels") or {}).get("test/marker")]
+
+        await eventually(lambda: _true(bool(marked())), timeout=15, interval=0.05)
+        # a few watches of 2 to 4 s each: resumed, never listed again
+        await asyncio.sleep(5)
+        assert {e.obj["metadata"]["name"] for e in seen} == {mine}
+        assert len(listings) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def test_the_agent_identity_cannot_touch_policies(agent_api: client.ApiClient) -> None:

@@ -14,17 +14,10 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import eventually
-from vgpu_operator.controller import metrics
-from vgpu_operator.controller.informer import (
-    ADDED,
-    DELETED,
-    MODIFIED,
-    Change,
-    Gone,
-    Informer,
-    WatchFailed,
-)
-from vgpu_operator.kubeapi import MERGE_PATCH, request
+from vgpu_operator import kubeapi
+from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change, Informer
+from vgpu_operator.kubeapi import MERGE_PATCH, Gone, WatchOptions, request
+from vgpu_operator.kubeapi import watch as kwatch
 
 Events = list[tuple[str, str, str | None, str | None]]  # type, name, value, previous value
 
@@ -59,7 +52,8 @@ class Watched:
 
     def __init__(self, api: client.ApiClient, namespace: str, **options: Any) -> None:
         self.seen: Events = []
-        self.informer = Informer(api, "configmaps", path(namespace), value, self.record, **options)
+        opts = WatchOptions(kind="configmaps", **options)
+        self.informer = Informer(api, "configmaps", path(namespace), value, self.record, opts)
         self.task: asyncio.Task[None] | None = None
 
     async def record(self, c: Change[str | None]) -> None:
@@ -130,7 +124,8 @@ async def test_lists_then_watches_every_change_in_order(
 async def test_resumes_where_the_apiserver_ended_the_watch_without_listing_again(
     api: client.ApiClient, namespace: str, watched: Callable[..., Watched]
 ) -> None:
-    w = await watched(watch_seconds=1).start()  # the apiserver ends each watch after 1 s
+    # The apiserver ends each watch after 1 to 2 s (randomized as client-go does).
+    w = await watched(min_watch_seconds=1).start()
     inf, seen = w.informer, w.seen
     for i in range(4):
         await create(api, namespace, f"cm-{i}", str(i))
@@ -141,54 +136,53 @@ async def test_resumes_where_the_apiserver_ended_the_watch_without_listing_again
 
 
 async def test_lists_again_when_its_version_is_gone_and_delivers_what_it_missed(
-    api: client.ApiClient, namespace: str, watched: Callable[..., Watched]
+    api: client.ApiClient, namespace: str, watched: Callable[..., Watched], monkeypatch: Any
 ) -> None:
     """The apiserver answers 410 when the version a watch resumes from has left its history.
     A fresh local apiserver's watch cache still holds its whole history (it serves even
     resourceVersion=1), so the 410 itself is the one thing simulated here: the first watch
-    after the gap raises what the informer raises on a 410 ERROR event (the unit test below
-    checks that mapping); the listing and the rest are real."""
+    after the gap raises what `kubeapi.list_watch` raises on a 410 ERROR event (tests/unit/
+    kubeapi/test_watch.py checks that mapping on the wire); the listing and the rest are real."""
     await create(api, namespace, "cm-kept", "1")
     await create(api, namespace, "cm-removed", "1")
     w = await watched().start()
     inf, seen = w.informer, w.seen
-    gone_before = metrics.WATCH_RESTARTS.labels(kind="configmaps", reason="gone")._value.get()
+    restarts = kwatch.WATCH_RESTARTS.labels(kind="configmaps", reason="gone")
+    gone_before = restarts._value.get()
     await w.stop()  # what happens while the informer cannot watch: a change and a deletion
     await change(api, namespace, "cm-kept", "2")
     await delete(api, namespace, "cm-removed")
-    real_watch = inf.watch
-    calls: list[str | None] = []
+    real_watch = kwatch._watch_once
+    calls: list[str] = []
 
-    async def gone_once() -> None:
-        calls.append(inf.resource_version)
+    def gone_once(api_: Any, path_: str, options: Any, version: str) -> Any:
+        calls.append(version)
         if len(calls) == 1:
-            raise Gone("too old resource version")
-        await real_watch()
+            raise Gone(410, "too old resource version")
+        return real_watch(api_, path_, options, version)
 
-    inf.watch = gone_once  # type: ignore[method-assign]
-    await w.start()
-    await eventually(has(seen, DELETED, "cm-removed", "1", "1"), timeout=20, interval=0.1)
-    await eventually(has(seen, MODIFIED, "cm-kept", "2", "1"), timeout=20, interval=0.1)
-    assert inf.lists == 2 and len(calls) == 2 and calls[1] != calls[0]  # from the new listing
-    gone = metrics.WATCH_RESTARTS.labels(kind="configmaps", reason="gone")._value.get()
-    assert gone == gone_before + 1
-    await create(api, namespace, "cm-after", "x")  # and it watches again afterwards
-    await eventually(has(seen, ADDED, "cm-after", "x", None), timeout=20, interval=0.1)
+    # The iterator resumes from the informer's last version: start it from there.
+    monkeypatch.setattr(kwatch, "_watch_once", gone_once)
+    since = inf.resource_version
 
+    async def resume() -> None:
+        async for update in kubeapi.list_watch(api, path(namespace), inf.options, since=since):
+            if isinstance(update, kubeapi.Listing):
+                await inf._listed(update)
+            else:
+                await inf._event(update)
 
-async def test_a_410_error_event_means_gone_and_other_errors_fail_the_watch() -> None:
-    async def nothing(_: Change[str | None]) -> None:
-        return None
-
-    inf = Informer(None, "configmaps", "/x", value, nothing)
-    status = {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410}
-    with pytest.raises(Gone):
-        await inf._event({"type": "ERROR", "object": {**status, "message": "too old"}})
-    with pytest.raises(WatchFailed):
-        await inf._event({"type": "ERROR", "object": {**status, "code": 500, "message": "x"}})
-    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "77"}}}
-    await inf._event(bookmark)
-    assert inf.resource_version == "77" and inf.items == {}
+    task = asyncio.create_task(resume())
+    try:
+        await eventually(has(seen, DELETED, "cm-removed", "1", "1"), timeout=20, interval=0.1)
+        await eventually(has(seen, MODIFIED, "cm-kept", "2", "1"), timeout=20, interval=0.1)
+        assert inf.lists == 2 and len(calls) == 2 and calls[1] != calls[0]  # from the listing
+        assert restarts._value.get() == gone_before + 1
+        await create(api, namespace, "cm-after", "x")  # and it watches again afterwards
+        await eventually(has(seen, ADDED, "cm-after", "x", None), timeout=20, interval=0.1)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_failing_callback_does_not_stop_the_watch(

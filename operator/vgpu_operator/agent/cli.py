@@ -1,7 +1,7 @@
 """`vgpu-operator agent`: the node agent (one per GPU node, a DaemonSet in the chart).
 
-    vgpu-operator agent [--node N] [--kubeconfig F] [--nvidia-smi PATH] [--timeout S]
-                        [--resync S] [--retry S] [--once]
+    vgpu-operator agent [--node N] [--kubeconfig F] [--context C] [--nvidia-smi PATH]
+                        [--timeout S] [--resync S] [--retry S] [--liveness URL] [--once]
 
 `--node` defaults to $NODE_NAME (the downward API in the DaemonSet), `--nvidia-smi` to
 $VGPU_NVIDIA_SMI or `nvidia-smi` on PATH, credentials to the kubeconfig, $KUBECONFIG or the
@@ -28,7 +28,8 @@ def add_subcommand(sub: Any) -> None:
     """Register `agent` on the CLI's subparsers (vgpu_operator.cli)."""
     agent = sub.add_parser("agent", help="the node agent: apply the node's MIG configuration")
     agent.add_argument("--node", default=os.environ.get(ENV_NODE), help="default: $NODE_NAME")
-    agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
+    agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, in-cluster, then ~/.kube/config")
+    agent.add_argument("--context", help="the kubeconfig context (default: its current one)")
     agent.add_argument(
         "--nvidia-smi",
         dest="nvidia_smi",
@@ -43,6 +44,17 @@ def add_subcommand(sub: Any) -> None:
     )
     agent.add_argument(
         "--retry", type=float, default=30.0, help="seconds until a failed/blocked node retries"
+    )
+    agent.add_argument(
+        "--liveness",
+        help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz (fails while the apiserver "
+        "has refused the agent's credentials for longer than --auth-bound)",
+    )
+    agent.add_argument(
+        "--auth-bound",
+        type=float,
+        default=300.0,
+        help="seconds of refused credentials (401/403) before the liveness check fails",
     )
     agent.add_argument("--once", action="store_true", help="act once, report and exit")
     agent.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -62,15 +74,25 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 async def run_agent(args: argparse.Namespace) -> int:
+    from vgpu_operator import health
     from vgpu_operator.agent.loop import Agent, AgentOptions
     from vgpu_operator.agent.nodeapi import KubeNodeApi
     from vgpu_operator.agent.smi import NvidiaSmi
-    from vgpu_operator.controller.kube import load_credentials
+    from vgpu_operator.kubeapi import AuthHealth
+    from vgpu_operator.kubeapi.credentials import resolve
 
-    credentials = load_credentials(args.kubeconfig)
+    credentials = resolve(args.kubeconfig, args.context)
     options = AgentOptions(resync=args.resync, retry=args.retry)
     driver = NvidiaSmi(args.nvidia_smi, timeout=args.timeout)
-    async with credentials.api_client(pool_size=4) as api:
+    api = await credentials.client(
+        pool_size=4,
+        user_agent=f"vgpu-operator-agent/{args.node}",
+        auth=AuthHealth(bound=args.auth_bound),
+    )
+    health_server = None
+    if args.liveness and not args.once:
+        health_server = await health.serve(args.liveness, {"credentials": api.auth.problem})
+    async with api:
         agent = Agent(KubeNodeApi(api, args.node), driver, options)
         if args.once:
             outcome = await agent.act("start")
@@ -90,6 +112,9 @@ async def run_agent(args: argparse.Namespace) -> int:
         except asyncio.CancelledError:
             logging.getLogger("vgpu_operator.agent").warning("stopped during an action")
             return 1
+        finally:
+            if health_server is not None:
+                await health_server.cleanup()
         return 0
 
 

@@ -12,10 +12,8 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -25,7 +23,6 @@ from vgpu_operator.agent.apply import Outcome
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 
-EVENTS_NAMESPACE = "default"  # Events of cluster-scoped objects live here (kubectl looks there)
 COMPONENT = "vgpu-operator-agent"
 APPLYING = "applying"
 
@@ -207,62 +204,3 @@ def event_for(
     if released.present and before != outcome.state:
         return spec
     return None
-
-
-def event_body(view: NodeView, spec: EventSpec, now: datetime) -> dict[str, Any]:
-    """A core/v1 Event about the Node, from the agent on that node."""
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{view.name}.{uuid.uuid4().hex[:12]}",
-            "namespace": EVENTS_NAMESPACE,
-        },
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": view.name,
-            "uid": view.uid or None,
-        },
-        "type": spec.type,
-        "reason": spec.reason,
-        "message": spec.message[:1024],
-        "source": {"component": COMPONENT, "host": view.name},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": view.name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
-
-
-# --- the watch --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WatchUpdate:
-    """One watch event, classified: `node` (ADDED/MODIFIED, `node` set), `deleted`, `bookmark`,
-    `gone` (410: the resourceVersion is too old, list again) or `error` (another Status)."""
-
-    kind: Literal["node", "deleted", "bookmark", "gone", "error"]
-    resource_version: str = ""
-    node: Mapping[str, Any] | None = None
-    message: str = ""
-
-
-def classify(event: Mapping[str, Any]) -> WatchUpdate:
-    kind = event.get("type")
-    obj = event.get("object") or {}
-    rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    if kind in ("ADDED", "MODIFIED"):
-        return WatchUpdate("node", rv, obj)
-    if kind == "DELETED":
-        return WatchUpdate("deleted", rv)
-    if kind == "BOOKMARK":
-        return WatchUpdate("bookmark", rv)
-    code = obj.get("code")
-    message = str(obj.get("message") or obj.get("reason") or event)
-    if kind == "ERROR" and code == 410:
-        return WatchUpdate("gone", message=message)
-    return WatchUpdate("error", message=message)

@@ -1,9 +1,9 @@
 """The node agent's loop: watch the own Node, apply its released configuration, report.
 
-One task watches the Node (field selector `metadata.name=<node>`, resourceVersion kept from event
-to event, listed again on 410 Gone, on any error and whenever the server ends the watch) and wakes
-the main task when the released configuration differs from the one acted on. The main task acts
-at start, on such a change, and when the resync (or, after a failure, the retry) is due:
+One task follows the Node (`NodeApi.changes`: kubeapi.list_watch with the field selector
+`metadata.name=<node>`) and wakes the main task when the released configuration differs from the
+one acted on. The main task acts at start, on such a change, and when the resync (or, after a
+failure, the retry) is due:
 
     GET the Node -> previous = its inventory's `applied` -> plan; if the hardware will change,
     PATCH state=applying -> reconcile_gpus -> GET -> one PATCH with the terminal state and the
@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_operator import kubeapi
@@ -33,6 +32,7 @@ from vgpu_operator.agent.decide import Memory, NodeView, Released, Trigger, node
 from vgpu_operator.agent.nodeapi import NodeApi
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
 from vgpu_operator.core.mig import plan_node
+from vgpu_operator.kubeapi.events import event_body
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.waiting import wait_set
 
@@ -126,36 +126,15 @@ class Agent:
             self._wake.set()  # the loop asks decide.trigger; heartbeats do not get this far
 
     async def _watch(self) -> None:
-        rv = ""
-        backoff = 1.0
-        while True:
-            try:
-                if not rv:
-                    node, rv = await self.api.list()
-                    self._see(node)
-                async for event in self.api.watch(rv):
-                    update = decide.classify(event)
-                    if update.kind == "node":
-                        self._see(update.node)
-                    elif update.kind == "deleted":
-                        self._see(None)
-                    elif update.kind in ("gone", "error"):
-                        log.info("watch ended (%s): %s; listing again", update.kind, update.message)
-                        rv = ""
-                        break
-                    rv = update.resource_version or rv
-                else:
-                    rv = ""  # the server ended the watch (its timeout): list again, one Node
-                backoff = 1.0
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # connection refused, 5xx, a read timeout...
-                log.warning(
-                    "watch failed: %s: %s; listing again in %gs", type(exc).__name__, exc, backoff
-                )
-                rv = ""
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.options.max_backoff)
+        """Follow the own Node through `NodeApi.changes` (kubeapi.list_watch: resuming,
+        listing again on 410 and backing off are its job, not the agent's)."""
+        async for update in self.api.changes():
+            if isinstance(update, kubeapi.Listing):
+                self._see(dict(update.items[0]) if update.items else None)
+            elif update.type == "DELETED":
+                self._see(None)
+            else:
+                self._see(update.obj)
 
     # --- one action -------------------------------------------------------------------------
 
@@ -231,7 +210,17 @@ class Agent:
         spec = decide.event_for(outcome, before=before.state, released=rel, memory=self.memory)
         if spec is not None:
             try:
-                await self.api.post_event(decide.event_body(before, spec, datetime.now(UTC)))
+                ref = kubeapi.object_ref("Node", before.name, uid=before.uid)
+                body = event_body(
+                    ref,
+                    spec.type,
+                    spec.reason,
+                    spec.message,
+                    component=decide.COMPONENT,
+                    instance=before.name,
+                    host=before.name,
+                )
+                await self.api.post_event(body)
                 self.memory.last_event = spec.key
                 self.writes += 1
             except Exception as exc:  # an Event is best effort

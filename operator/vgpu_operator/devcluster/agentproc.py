@@ -20,11 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.core.mig_catalog import model_for_name
 from vgpu_operator.devcluster import fakesmi_state as fs
-from vgpu_operator.devcluster.cluster import write_kubeconfig
-from vgpu_operator.devcluster.install import AGENT_USER
 from vgpu_operator.devcluster.nodes import GPU_MODELS
 
 
@@ -35,13 +32,6 @@ def fake_model(node_model: str) -> str:
     if catalog is None:
         raise ValueError(f"the fake nvidia-smi has no model for {node_model!r}")
     return catalog.key
-
-
-def agent_kubeconfig(path: Path, credentials: Credentials) -> Path:
-    """A kubeconfig for the agent's ServiceAccount (devcluster.install.install_agent_access)."""
-    assert credentials.token is not None
-    ca = Path(credentials.ca_path) if credentials.ca_path else None
-    return write_kubeconfig(path, credentials.server, credentials.token, ca, AGENT_USER)
 
 
 @dataclass

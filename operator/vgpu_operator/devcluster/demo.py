@@ -21,12 +21,11 @@ import yaml
 from kubernetes_asyncio import config
 
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.app import OperatorThread
+from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.devcluster import binaries
 from vgpu_operator.devcluster.agentproc import (
     AgentProcess,
     FakeGpus,
-    agent_kubeconfig,
     fake_model,
     stop_all,
 )
@@ -103,10 +102,10 @@ async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 150
         api = await config.new_client_from_config(config_file=str(cluster.kubeconfig))
         async with api:
             out("==> installing CRDs and the chart's RBAC; creating simulated GPU nodes")
-            credentials = await install_operator_access(api)
-            kubeconfig = agent_kubeconfig(
-                cluster.workdir / "kubeconfig-agent", await install_agent_access(api)
-            )
+            credentials = await install_operator_access(api, cluster.workdir)
+            agent_credentials = await install_agent_access(api, cluster.workdir)
+            assert agent_credentials.kubeconfig is not None
+            kubeconfig = Path(agent_credentials.kubeconfig)
             await create_gpu_nodes(api, DEMO_NODES)
             out("==> starting the operator (as ServiceAccount vgpu-system/vgpu-operator)")
             operator = OperatorThread(credentials).start()

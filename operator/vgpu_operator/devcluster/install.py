@@ -12,8 +12,9 @@ import yaml
 from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
-from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.devcluster import binaries
+from vgpu_operator.devcluster.cluster import write_kubeconfig
+from vgpu_operator.kubeapi.credentials import Credentials
 
 OPERATOR_NAMESPACE = "vgpu-system"
 OPERATOR_SERVICE_ACCOUNT = "vgpu-operator"
@@ -82,21 +83,27 @@ def render_chart(*templates: str, values: dict[str, Any] | None = None) -> list[
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-async def install_operator_access(api: client.ApiClient) -> Credentials:
-    """CRDs, namespace, ServiceAccount and RBAC from the chart; the ServiceAccount's token."""
+async def install_operator_access(api: client.ApiClient, directory: Path) -> Credentials:
+    """CRDs, namespace, ServiceAccount and RBAC from the chart; a kubeconfig in `directory`
+    with the ServiceAccount's token."""
     for f in sorted(crds_dir().glob("*.yaml")):
         await apply(api, yaml.safe_load(f.read_text()))
     await apply(
         api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     )
-    for doc in render_chart("serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"):
+    for doc in render_chart(
+        "serviceaccount.yaml",
+        "clusterrole.yaml",
+        "clusterrolebinding.yaml",
+        "leader-election-rbac.yaml",
+    ):
         await apply(api, doc)
-    credentials = await service_account_credentials(api, OPERATOR_SERVICE_ACCOUNT)
+    credentials = await service_account_credentials(api, OPERATOR_SERVICE_ACCOUNT, directory)
     await wait_crds_established(api)
     return credentials
 
 
-async def install_agent_access(api: client.ApiClient) -> Credentials:
+async def install_agent_access(api: client.ApiClient, directory: Path) -> Credentials:
     """The node agent's ServiceAccount and RBAC from the chart; that ServiceAccount's token (the
     agent then runs with exactly what the chart grants the DaemonSet)."""
     await apply(
@@ -104,11 +111,14 @@ async def install_agent_access(api: client.ApiClient) -> Credentials:
     )
     for doc in render_chart("agent-serviceaccount.yaml", "agent-rbac.yaml"):
         await apply(api, doc)
-    return await service_account_credentials(api, AGENT_SERVICE_ACCOUNT)
+    return await service_account_credentials(api, AGENT_SERVICE_ACCOUNT, directory)
 
 
-async def service_account_credentials(api: client.ApiClient, name: str) -> Credentials:
-    """Credentials with a TokenRequest token of the ServiceAccount `name` (a day long)."""
+async def service_account_credentials(
+    api: client.ApiClient, name: str, directory: Path
+) -> Credentials:
+    """A kubeconfig (`directory/kubeconfig-<name>`) with a TokenRequest token of the
+    ServiceAccount `name` (a day long), and credentials that read it."""
     token = await kubeapi.request(
         api,
         "POST",
@@ -116,11 +126,15 @@ async def service_account_credentials(api: client.ApiClient, name: str) -> Crede
         body={"spec": {"expirationSeconds": 86400}},
         field_manager=None,
     )
-    return Credentials(
-        server=str(api.configuration.host),
-        token=token["status"]["token"],
-        ca_path=api.configuration.ssl_ca_cert,
+    ca = api.configuration.ssl_ca_cert
+    path = write_kubeconfig(
+        directory / f"kubeconfig-{name}",
+        str(api.configuration.host),
+        token["status"]["token"],
+        Path(ca) if ca else None,
+        f"system:serviceaccount:{OPERATOR_NAMESPACE}:{name}",
     )
+    return Credentials(kubeconfig=str(path))
 
 
 async def wait_crds_established(api: client.ApiClient, timeout: float = 30.0) -> None:

@@ -1,20 +1,42 @@
-"""Plain-JSON requests through a kubernetes-asyncio ApiClient.
+"""Plain-JSON requests through a kubernetes-asyncio ApiClient: the one seam of every API call.
 
 The generated typed models are slow to build for thousands of Nodes and their stubs reject plain
-dict bodies, so the operator reads and writes JSON dicts through this one helper. It reuses the
-client's connection pool, authentication and TLS settings.
+dict bodies, so the operator reads and writes JSON dicts through `request` (and streams watches
+through `kubeapi.watch`, which shares `open_stream` below). Both reuse the client's connection
+pool, authentication and TLS settings, and both:
+
+- raise the `kubeapi.errors` tree, mapped from the HTTP status in one table;
+- on a 401, renew the credentials (`Client.renew`: token file, exec plugin, in-cluster token)
+  and retry once; a 401 or 403 that persists is recorded in `Client.auth` (`AuthHealth`), which
+  logs it once a minute, exports it as a metric and fails the liveness probe after a bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
 from urllib.parse import quote
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
+from prometheus_client import Counter, Gauge
 
 from vgpu_operator import contract
+from vgpu_operator.kubeapi.errors import (
+    ApiError,
+    Forbidden,
+    Unauthorized,
+    Unreachable,
+    error_for,
+)
+
+log = logging.getLogger("vgpu_operator.kubeapi")
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
@@ -22,23 +44,169 @@ JSON = "application/json"
 # a fraction of a Node's size to serialize, send and decode.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
-__all__ = [
-    "JSON",
-    "MERGE_PATCH",
-    "METADATA_ONLY",
-    "ApiException",
-    "Conflict",
-    "NotFound",
-    "request",
-]
+API_ERRORS = Counter(
+    "vgpu_operator_api_errors_total",
+    "Kubernetes API requests that failed, by HTTP status (0: no answer) and verb",
+    ["status", "verb"],
+)
+AUTH_FAILING = Gauge(
+    "vgpu_operator_api_auth_failing_seconds",
+    "How long the apiserver has refused the credentials (401) or the verbs (403) without a "
+    "success in between; 0 while requests are accepted",
+)
+
+Renew = Callable[[client.Configuration], Awaitable[bool]]
 
 
-class Conflict(Exception):
-    """HTTP 409: the object changed since it was read. Read again and recompute."""
+@dataclass
+class AuthHealth:
+    """Persistent 401/403 answers: logged once a minute with what was refused, exported as
+    `vgpu_operator_api_auth_failing_seconds`, and unhealthy (for the liveness probe) once they
+    have lasted `bound` seconds with no accepted request in between.
+
+    A 403 on one verb does not mean the process is broken (RBAC may refuse one object), so only
+    a refusal that outlasts every success counts: any 2xx resets the clock."""
+
+    bound: float = 300.0
+    log_every: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    failing_since: float | None = None
+    last_refused: str = ""
+    _logged_at: float = -float("inf")
+
+    def refused(self, error: ApiError, verb: str) -> None:
+        now = self.clock()
+        if self.failing_since is None:
+            self.failing_since = now
+        self.last_refused = f"{verb} {error.path}: {error.status} {error.message}"
+        AUTH_FAILING.set(now - self.failing_since)
+        if now - self._logged_at >= self.log_every:
+            self._logged_at = now
+            log.error(
+                "the apiserver refuses this process's requests (%.0fs so far): %s",
+                now - self.failing_since,
+                self.last_refused,
+            )
+
+    def accepted(self) -> None:
+        if self.failing_since is not None:
+            log.info("the apiserver accepts this process's requests again")
+        self.failing_since = None
+        self._logged_at = -float("inf")
+        AUTH_FAILING.set(0)
+
+    def healthy(self) -> bool:
+        return self.failing_since is None or self.clock() - self.failing_since < self.bound
+
+    def problem(self) -> str:
+        """What the liveness probe reports while unhealthy."""
+        if self.healthy() or self.failing_since is None:
+            return ""
+        return f"refused for {self.clock() - self.failing_since:.0f}s: {self.last_refused}"
 
 
-class NotFound(Exception):
-    """HTTP 404."""
+class Client(client.ApiClient):
+    """An ApiClient that can renew its credentials and keeps the auth health of its requests.
+
+    `Credentials.client()` makes one; a bare `kubernetes_asyncio` ApiClient works with
+    `request` too (it then has no renewal and no health record)."""
+
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        *,
+        renew: Renew | None = None,
+        auth: AuthHealth | None = None,
+        user_agent: str | None = None,
+    ) -> None:
+        super().__init__(configuration=configuration)
+        self.renew_credentials = renew
+        self.auth = auth if auth is not None else AuthHealth()
+        self._renewing: asyncio.Task[bool] | None = None
+        if user_agent:
+            self.user_agent = user_agent
+
+    async def renew(self) -> bool:
+        """Load the credentials again (one reload at a time; concurrent callers share it).
+        True when the token or certificate changed."""
+        if self.renew_credentials is None:
+            return False
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.ensure_future(self.renew_credentials(self.configuration))
+        try:
+            return await asyncio.shield(self._renewing)
+        except Exception as exc:  # an exec plugin that fails, a token file not written yet
+            log.warning("could not renew the credentials: %s", exc)
+            return False
+
+
+async def open_stream(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]],
+    headers: dict[str, str],
+    body: Any = None,
+    timeout: float | aiohttp.ClientTimeout | tuple[float, float] = 30.0,
+) -> Any:
+    """Send one request and return the open aiohttp response with a 2xx status (the caller
+    reads and releases it). Errors are the `kubeapi.errors` tree; a 401 renews the credentials
+    and is retried once."""
+    raw: Any = api
+    verb = _verb(method, query)
+    for attempt in (0, 1):
+        try:
+            resp = await raw.call_api(
+                path,
+                method,
+                query_params=query,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
+        except ApiError:
+            raise
+        except ApiException as exc:
+            error = error_for(
+                exc.status or 0,
+                exc.reason or "",
+                path=path,
+                body=_text(exc.body),
+                headers=dict(exc.headers or {}),
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            API_ERRORS.labels(status="0", verb=verb).inc()
+            raise Unreachable(f"{type(exc).__name__}: {exc}", path=path) from exc
+        else:
+            # Without _preload_content the client checks no status: do it here.
+            if 200 <= resp.status <= 299:
+                auth = getattr(api, "auth", None)
+                if auth is not None:
+                    auth.accepted()
+                return resp
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+            error = error_for(
+                resp.status,
+                resp.reason or "",
+                path=path,
+                body=data.decode(errors="replace"),
+                headers=dict(resp.headers),
+            )
+        API_ERRORS.labels(status=str(error.status), verb=verb).inc()
+        renewable = isinstance(api, Client) and isinstance(error, Unauthorized) and attempt == 0
+        if renewable and await cast(Client, api).renew():
+            continue  # the new credentials, once
+        if isinstance(error, Unauthorized | Forbidden) and isinstance(api, Client):
+            api.auth.refused(error, verb)
+        raise error
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 async def request(
@@ -53,42 +221,39 @@ async def request(
     timeout: float = 30.0,
     accept: str = JSON,
 ) -> dict[str, Any]:
-    """One API request; returns the decoded JSON body. 404 -> NotFound, 409 -> Conflict."""
+    """One API request; returns the decoded JSON body. Errors: `kubeapi.errors`."""
     params = dict(query or {})
     if field_manager and method in ("POST", "PUT", "PATCH"):
         params["fieldManager"] = field_manager
-    raw: Any = api
+    resp = await open_stream(
+        api,
+        method,
+        path,
+        query=list(params.items()),
+        headers={"Content-Type": content_type, "Accept": accept},
+        body=body,
+        timeout=timeout,
+    )
     try:
-        resp = await raw.call_api(
-            path,
-            method,
-            query_params=list(params.items()),
-            header_params={"Content-Type": content_type, "Accept": accept},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=timeout,
-        )
-    except ApiException as exc:
-        _raise_for(exc, path)
-        raise
-    data = await resp.read()
-    # Without _preload_content the client checks no status: do it here.
-    if not 200 <= resp.status <= 299:
-        err = ApiException(status=resp.status, reason=resp.reason)
-        err.body = data.decode(errors="replace")
-        _raise_for(err, path)
-        raise err
+        data = await resp.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise Unreachable(f"{type(exc).__name__}: {exc}", path=path) from exc
+    finally:
+        resp.release()
     result: dict[str, Any] = json.loads(data) if data else {}
     return result
 
 
-def _raise_for(exc: ApiException, path: str) -> None:
-    if exc.status == 404:
-        raise NotFound(path) from exc
-    if exc.status == 409:
-        raise Conflict(path) from exc
+def _verb(method: str, query: list[tuple[str, str]]) -> str:
+    if method == "GET":
+        return "watch" if ("watch", "true") in query else "get"
+    return method.lower()
+
+
+def _text(body: Any) -> str:
+    if isinstance(body, bytes):
+        return body.decode(errors="replace")
+    return str(body or "")
 
 
 def node_path(name: str | None = None) -> str:
@@ -100,3 +265,22 @@ def policy_path(name: str | None = None, *, status: bool = False) -> str:
     if name is None:
         return base
     return f"{base}/{quote(name)}" + ("/status" if status else "")
+
+
+def object_ref(
+    kind: str, name: str, *, namespace: str | None = None, uid: str | None = None
+) -> dict[str, Any]:
+    """The reference an Event's involvedObject is built from (see `kubeapi.events`)."""
+    api_version = _API_VERSIONS.get(kind, "v1")
+    meta: dict[str, Any] = {"name": name, "uid": uid or None}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+_API_VERSIONS = {
+    "Deployment": "apps/v1",
+    "DaemonSet": "apps/v1",
+    contract.POLICY_KIND: contract.API_VERSION,
+    "Lease": "coordination.k8s.io/v1",
+}

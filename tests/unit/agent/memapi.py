@@ -1,6 +1,7 @@
 """An in-memory API server for one Node, with the semantics the agent loop relies on: merge
-PATCH with a resourceVersion precondition (409), watches from a resourceVersion, 410 for an
-expired one, and a record of every write. Used to test agent.loop without a cluster."""
+PATCH with a resourceVersion precondition (409), the listings and watch events of
+`kubeapi.list_watch` (a new listing after a 410), and a record of every write. Used to test
+agent.loop without a cluster."""
 
 from __future__ import annotations
 
@@ -88,27 +89,29 @@ class MemoryNodeApi:
     async def get(self) -> dict[str, Any] | None:
         return copy.deepcopy(self.obj)
 
-    async def list(self) -> tuple[dict[str, Any] | None, str]:
-        self.lists += 1
-        return copy.deepcopy(self.obj), str(self.rv)
-
-    async def watch(self, resource_version: str) -> AsyncIterator[dict[str, Any]]:
-        self.watches += 1
-        since = int(resource_version)
-        if since < self.oldest - 1:
-            yield {"type": "ERROR", "object": {"kind": "Status", "code": 410}}
-            return
-        sent = len([1 for rv, _ in self.history if rv <= since])
+    async def changes(self) -> AsyncIterator[kubeapi.Listing | kubeapi.WatchEvent]:
+        """What `kubeapi.list_watch` yields: a listing, the events after it, and a new listing
+        when the history it watches from is compacted (410)."""
         while True:
-            while sent < len(self.history):
-                rv, event = self.history[sent]
-                sent += 1
-                if rv > since or event["type"] == "ERROR":
-                    yield event
+            self.lists += 1
+            since = self.rv
+            items = [copy.deepcopy(self.obj)] if self.obj is not None else []
+            yield kubeapi.Listing(items, str(since))
+            self.watches += 1
+            sent = len([1 for rv, _ in self.history if rv <= since])
+            gone = False
+            while not gone:
+                while sent < len(self.history):
+                    rv, event = self.history[sent]
+                    sent += 1
                     if event["type"] == "ERROR":
-                        return
-            async with self._changed:
-                await self._changed.wait()
+                        gone = True  # 410: list again
+                        break
+                    if rv > since:
+                        yield kubeapi.WatchEvent(event["type"], event["object"])
+                if not gone:
+                    async with self._changed:
+                        await self._changed.wait()
 
     async def patch(self, body: dict[str, Any]) -> dict[str, Any]:
         assert self.obj is not None

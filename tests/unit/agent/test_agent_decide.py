@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -183,52 +182,6 @@ def test_blocked_event_names_the_reason() -> None:
     blocked = outcome("blocked", reason=Reason.IN_USE, message="GPU 0 has running processes")
     spec = decide.event_for(blocked, before=None, released=Released(config=DYN), memory=Memory())
     assert spec is not None and (spec.type, spec.reason) == ("Warning", "GPUInUse")
-
-
-def test_event_body_is_about_the_node() -> None:
-    spec = decide.EventSpec("Warning", "RebootRequired", "x" * 2000)
-    when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-    body = decide.event_body(NodeView("n1", uid="u-1"), spec, when)
-    assert body["involvedObject"] == {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "name": "n1",
-        "uid": "u-1",
-    }
-    assert body["metadata"]["namespace"] == "default"
-    assert body["metadata"]["name"].startswith("n1.")
-    assert (body["type"], body["reason"], len(body["message"])) == (
-        "Warning",
-        "RebootRequired",
-        1024,
-    )
-    assert body["source"] == {"component": "vgpu-operator-agent", "host": "n1"}
-    assert body["firstTimestamp"] == body["lastTimestamp"] == "2025-01-02T03:04:05Z"
-
-
-@pytest.mark.parametrize(
-    ("event", "kind", "rv"),
-    [
-        ({"type": "ADDED", "object": raw_node()}, "node", "42"),
-        ({"type": "MODIFIED", "object": raw_node()}, "node", "42"),
-        ({"type": "DELETED", "object": raw_node()}, "deleted", "42"),
-        ({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "99"}}}, "bookmark", "99"),
-        (
-            {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
-            "gone",
-            "",
-        ),
-        (
-            {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}},
-            "error",
-            "",
-        ),
-    ],
-)
-def test_watch_events_are_classified(event: dict[str, Any], kind: str, rv: str) -> None:
-    update = decide.classify(event)
-    assert (update.kind, update.resource_version) == (kind, rv)
-    assert (update.node is not None) == (kind == "node")
 
 
 def test_static_and_dynamic_configs_differ_as_text() -> None:
