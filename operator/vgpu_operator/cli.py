@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -83,11 +84,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
+    import logging
 
-    from vgpu_operator.controller.app import run_operator, serve_metrics
-    from vgpu_operator.controller.handlers import ControllerState
-    from vgpu_operator.controller.kube import load_credentials
+    from vgpu_operator.controller.app import Settings
+    from vgpu_operator.controller.handlers import Runtime
+    from vgpu_operator.controller.leader import LeaderElectionConfig, default_identity
     from vgpu_operator.controller.reconciler import ReconcilerOptions
+    from vgpu_operator.controller.runner import run_operator
+    from vgpu_operator.kubeapi.credentials import CredentialsError, resolve
     from vgpu_operator.models.config import OperatorConfig, load_config
     from vgpu_operator.models.config_errors import ConfigError
 
@@ -96,15 +100,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"vgpu-operator: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
         return 2
-    state = ControllerState(
-        credentials=load_credentials(args.kubeconfig, args.context),
+    try:
+        credentials = resolve(args.kubeconfig, args.context)
+    except CredentialsError as exc:
+        print(f"vgpu-operator: {exc}", file=sys.stderr)
+        return 2
+    identity = args.identity or default_identity()
+    leader = None
+    if args.leader_elect:
+        leader = LeaderElectionConfig(
+            namespace=args.leader_elect_namespace,
+            name=args.leader_elect_name,
+            identity=identity,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+        )
+    settings = Settings(
+        credentials=credentials,
         options=ReconcilerOptions(concurrency=args.concurrency, resync_seconds=args.resync),
         config=config,
+        user_agent=f"vgpu-operator/{identity}",
     )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per handled event otherwise
     if args.metrics_port:
-        serve_metrics(args.metrics_port)
-    asyncio.run(run_operator(state, liveness_endpoint=args.liveness))
-    return 0
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
+    runtime = Runtime(settings, leader=leader, liveness=args.liveness)
+    return asyncio.run(run_operator(runtime))
 
 
 # Subcommands that live with their subsystem: each module has `add_subcommand(subparsers)`.
@@ -124,13 +149,30 @@ def build_parser() -> argparse.ArgumentParser:
     dc.set_defaults(func=cmd_dev_cluster)
 
     run = sub.add_parser("run", help="run the controller")
-    run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
-    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--kubeconfig", help="default: $KUBECONFIG, in-cluster, then ~/.kube/config")
+    run.add_argument("--context", help="kubeconfig context (default: its current one)")
     run.add_argument("--config", help="operator configuration file (YAML)")
     run.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port")
     run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--concurrency", type=int, default=32, help="parallel node writes")
     run.add_argument("--resync", type=float, default=300.0, help="seconds between full passes")
+    run.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="write only while holding a coordination.k8s.io Lease (run several replicas)",
+    )
+    run.add_argument(
+        "--leader-elect-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "vgpu-system",
+        help="the Lease's namespace (default: $POD_NAMESPACE or vgpu-system)",
+    )
+    run.add_argument("--leader-elect-name", default="vgpu-operator", help="the Lease's name")
+    run.add_argument("--leader-elect-lease-duration", type=float, default=15.0, metavar="S")
+    run.add_argument("--leader-elect-renew-deadline", type=float, default=10.0, metavar="S")
+    run.add_argument("--leader-elect-retry-period", type=float, default=2.0, metavar="S")
+    run.add_argument(
+        "--identity", help="this replica's name in the Lease and user agent (default: host)"
+    )
     run.set_defaults(func=cmd_run)
 
     demo = sub.add_parser("demo", help="the operator on a local apiserver with simulated GPUs")

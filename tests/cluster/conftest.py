@@ -24,13 +24,13 @@ from tests.cluster.helpers import (
     unique,
 )
 from vgpu_operator import contract
-from vgpu_operator.controller.app import OperatorThread
-from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import ReconcilerOptions
+from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.devcluster.cluster import LocalCluster, write_kubeconfig
 from vgpu_operator.devcluster.install import install_operator_access
 from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator.kubeapi import NotFound, policy_path, request
+from vgpu_operator.kubeapi.credentials import Credentials
 
 TEST_CLUSTER_PREFIX = "vgpu-testcluster-"
 
@@ -156,9 +156,9 @@ async def make_nodes(api: client.ApiClient) -> AsyncIterator[NodeFactory]:
 
 
 @pytest.fixture(scope="session")
-async def installed(api: client.ApiClient) -> Credentials:
+async def installed(api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Credentials:
     """CRDs and the chart's ServiceAccount + RBAC installed; the operator's credentials."""
-    return await install_operator_access(api)
+    return await install_operator_access(api, tmp_path_factory.mktemp("operator"))
 
 
 @pytest.fixture

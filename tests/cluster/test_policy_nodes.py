@@ -15,7 +15,7 @@ from tests.cluster.helpers import (
     unique,
 )
 from vgpu_operator import contract
-from vgpu_operator.controller.app import OperatorThread
+from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.kubeapi import MERGE_PATCH, NotFound, node_path, policy_path, request
 
 VGPU_LABEL = "volcano.sh/vgpu.enabled"

@@ -17,7 +17,7 @@ from kubernetes_asyncio.client.rest import ApiException
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
 from tests.unit.crd.invalid_specs import INVALID_SPECS, InvalidSpec
 from vgpu_operator import contract
-from vgpu_operator.controller.app import OperatorThread
+from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.devcluster import binaries
 from vgpu_operator.devcluster.install import OPERATOR_USER
 from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes

@@ -86,13 +86,13 @@ async def test_report_mode_writes_nothing_and_enforce_does(
     assert "device-config-location" in cond["message"] and "report mode" in cond["message"]
 
     # More passes (node label edits are watched): still nothing written, Events not repeated.
-    assert op.state.volcano is not None
-    passes = op.state.volcano.passes
+    assert op.controller.volcano is not None
+    passes = op.controller.volcano.passes
     for i in range(3):
         await env.patch(kubeapi.node_path(node), {"metadata": {"labels": {"test/nudge": str(i)}}})
 
         async def another_pass(target: int = passes + i + 1) -> bool:
-            return op.state.volcano is not None and op.state.volcano.passes >= target
+            return op.controller.volcano is not None and op.controller.volcano.passes >= target
 
         await eventually(another_pass, timeout=30, interval=0.2)
     assert await env.resource_versions() == versions

@@ -151,8 +151,8 @@ async def test_device_config_change_restarts_scheduler_and_plugins_once(
     # knownMigGeometries does not have yet (the device config changes) and a new split count
     # for the hami-core pool (two node entries change).
     offset = local.audit_offset()
-    assert op.state.volcano is not None
-    passes, done_before = op.state.volcano.passes, len(op.state.volcano.restarted)
+    assert op.controller.volcano is not None
+    passes, done_before = op.controller.volcano.passes, len(op.controller.volcano.restarted)
     await asyncio.gather(
         policies("h100", mig(g_h100)),
         policies("h200", mig(g_h200)),
@@ -195,8 +195,8 @@ async def test_device_config_change_restarts_scheduler_and_plugins_once(
     assert cm_writes >= 2  # the device config and the node config, maybe in several passes
     assert pods_created(local, offset, PLUGIN_NS) == len(env.nodes)  # one per node, once
     assert pods_created(local, offset, SCHED_NS) == 1
-    assert op.state.volcano.passes > passes
-    kinds = [a.kind for a in op.state.volcano.restarted[done_before:]]
+    assert op.controller.volcano.passes > passes
+    kinds = [a.kind for a in op.controller.volcano.restarted[done_before:]]
     assert kinds == ["rollout-deployment", "rollout-daemonset"]
 
     device = await kubeapi.request(api, "GET", configmap_path(PLUGIN_NS, DEVICE_CM))

@@ -34,8 +34,8 @@ from tests.cluster.volcano_ops import (
     reconciler,
 )
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.snapshot import configmap_path, workload_path
+from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
@@ -309,7 +309,7 @@ CASES: dict[str, Case] = {
 @pytest.fixture
 async def operator_api(installed: Credentials) -> AsyncIterator[client.ApiClient]:
     """A client with the operator's identity (the chart's RBAC)."""
-    api = installed.api_client()
+    api = await installed.client()
     async with api:
         yield api
 

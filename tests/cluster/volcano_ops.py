@@ -14,24 +14,24 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from vgpu_operator.controller.app import OperatorThread
-from vgpu_operator.controller.kube import Credentials
 from vgpu_operator.controller.reconciler import ReconcilerOptions
+from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.devcluster.cluster import LocalCluster
 from vgpu_operator.devcluster.install import OPERATOR_USER
+from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig, load_config
 
 
 def reconciler(api: client.ApiClient, config: OperatorConfig, **options: Any) -> VolcanoReconciler:
     """A configuration reconciler driven by hand (one `await r.reconcile()` = one pass); the
-    Events it would post are kept in `.posted`."""
-    posted: list[tuple[Any, Any]] = []
+    Events it would post are kept in `.posted` as (ref, type, reason, message)."""
+    posted: list[tuple[Any, ...]] = []
     opts = VolcanoOptions(restart_settle_seconds=0.0, stranded_checks=(), **options)
     r = VolcanoReconciler(
         api=api,
         config=config,
-        post_event=lambda spec, ref: posted.append((spec, ref)),
+        post_event=lambda *event: posted.append(event),
         options=opts,
     )
     r.posted = posted  # type: ignore[attr-defined]
@@ -65,15 +65,18 @@ def volcano_operator(installed: Credentials) -> Iterator[OperatorFactory]:
     running: list[OperatorThread] = []
 
     def start(config: str = "", **options: Any) -> OperatorThread:
-        op = OperatorThread(installed, options=ReconcilerOptions(resync_seconds=3600))
-        op.state.config = load_config(config)
         defaults: dict[str, Any] = {
             "debounce_seconds": 0.2,
             "min_pass_seconds": 0.5,
             "restart_settle_seconds": 2.0,
             "stranded_checks": (1.0,),
         }
-        op.state.volcano_options = VolcanoOptions(**{**defaults, **options})
+        op = OperatorThread(
+            installed,
+            options=ReconcilerOptions(resync_seconds=3600),
+            config=load_config(config),
+            volcano=VolcanoOptions(**{**defaults, **options}),
+        )
         running.append(op.start())
         return op
 

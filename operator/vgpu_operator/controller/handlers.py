@@ -1,42 +1,29 @@
-"""Kopf registrations, and the two watches the operator keeps whole in memory.
+"""Kopf's part: login, settings, start-up and clean-up, and the watches of the few objects the
+configuration reconciler reads (ConfigMaps, the plugins' DaemonSets, the scheduler Deployment).
 
 Nodes and policies are watched by the lean informer (`controller.informer`), not by Kopf: Node
 events come by the thousand, and Kopf's per-event pipeline cost more than the operator's own work
 (and its change-detecting handlers would store their state in annotations on every Node: extra
-writes). Kopf runs the rest: login, settings, start-up and clean-up, the liveness probe, and the
-configuration reconciler's watches of ConfigMaps and workloads (few objects, filtered by name).
-Event callbacks only ask the reconcilers for work. The policy finalizer is the operator's own
-(`vgpu.volcano.sh/finalizer`), added here and removed by the reconciler once the policy's nodes
-are clean.
+writes). Start-up starts the controller (`controller.app.start`) at once, or, with leader
+election, when this replica leads (`controller.leader`); a standby serves its liveness endpoint
+and exports `vgpu_operator_leader 0`, and writes nothing. A leader that loses its lease stops
+the controller and then the process (`Runtime.lost`), as client-go's leader election does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import kopf
-from kubernetes_asyncio import client
+from aiohttp import web
 
-from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.events import EventPoster
-from vgpu_operator.controller.informer import DELETED, Change, Informer
-from vgpu_operator.controller.kube import Credentials
-from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
-from vgpu_operator.controller.snapshot import compact_node
-from vgpu_operator.controller.volcano import (
-    VolcanoOptions,
-    VolcanoReconciler,
-    policy_conditions,
-)
-from vgpu_operator.controller.volcano import register as register_volcano
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
-from vgpu_operator.core.validate import parse_policy
-from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator import contract, health, kubeapi
+from vgpu_operator.controller.app import Controller, Settings, start
+from vgpu_operator.controller.leader import LeaderElectionConfig, LeaderElector, LeadershipLost
 
 log = logging.getLogger("vgpu_operator.handlers")
 
@@ -63,7 +50,7 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
-    """Production Kopf settings (kopf-anchors.md): own prefixes, timeouts on every watch."""
+    """Kopf's settings: own prefixes, timeouts on every watch."""
     # Kopf's own finalizer must differ from the operator's: Kopf removes its finalizer from
     # objects no handler of its needs it for, which would fight the operator's own.
     settings.persistence.finalizer = f"{contract.GROUP}/kopf-finalizer"
@@ -77,224 +64,134 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.reconnect_backoff = 1.0
     settings.networking.request_timeout = 60
     settings.scanning.disabled = True  # cluster-wide; no namespace/CRD discovery needed
-    settings.posting.level = logging.WARNING  # Events come from the reconciler, deliberately
-
-
-@dataclass(frozen=True)
-class IndexedNode:
-    """What the operator keeps per Node: the facts the policy reconciler plans with, and the
-    compact object the configuration rules read (so no pass has to list Nodes)."""
-
-    facts: NodeFacts
-    obj: dict[str, Any]
-    uid: str
-
-
-def indexed_node(body: Mapping[str, Any]) -> IndexedNode:
-    return IndexedNode(node_facts(body), compact_node(body), str(body["metadata"].get("uid", "")))
-
-
-def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
-    meta = body.get("metadata") or {}
-    return PolicyEntry(
-        parsed=parse_policy(body),
-        uid=str(meta.get("uid", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
-        finalizers=tuple(meta.get("finalizers") or ()),
-        status=dict(body.get("status") or {}),
-    )
+    settings.posting.level = logging.WARNING  # Events come from the reconcilers, deliberately
 
 
 @dataclass
-class ControllerState:
-    credentials: Credentials
-    options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
-    config: OperatorConfig = field(default_factory=OperatorConfig)
-    api: client.ApiClient | None = None
-    reconciler: Reconciler | None = None
-    events: EventPoster | None = None
-    task: asyncio.Task[None] | None = None
-    volcano_options: VolcanoOptions = field(default_factory=VolcanoOptions)
-    volcano: VolcanoReconciler | None = None  # the configuration reconciler (controller.volcano)
-    volcano_task: asyncio.Task[None] | None = None
-    nodes: Informer[IndexedNode] | None = None
-    policies: Informer[PolicyEntry] | None = None
-    watch_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    seen_policies: dict[str, tuple[int, bool, tuple[str, ...]]] = field(default_factory=dict)
+class Runtime:
+    """What Kopf's hooks share: the settings, and the controller while it runs."""
 
-    async def wait_synced(self) -> None:
-        """Until both watches have delivered their first listing: what they hold is the cluster."""
-        for watch in (self.nodes, self.policies):
-            assert watch is not None, "the operator has not started"
-            await watch.synced.wait()
+    settings: Settings
+    leader: LeaderElectionConfig | None = None  # None: no election (one replica, tests)
+    liveness: str | None = None  # http://HOST:PORT/PATH
+    controller: Controller | None = None  # None before start-up, and on a standby
+    lost: bool = False  # this replica led and lost its lease: the process must exit non-zero
+    stop_flag: asyncio.Event = field(default_factory=asyncio.Event)
+    elector: LeaderElector | None = None
+    _lease_api: kubeapi.Client | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _health: web.AppRunner | None = None
 
-    def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:
-        nodes = {k: v.facts for k, v in self.nodes.items.items()} if self.nodes else {}
-        policies = dict(self.policies.items) if self.policies else {}
-        return nodes, policies
+    async def startup(self) -> None:
+        if self.leader is None:
+            self.controller = await start(self.settings)
+        else:
+            self._lease_api = await self.settings.credentials.client(
+                pool_size=2, user_agent=self.settings.user_agent
+            )
+            self.elector = LeaderElector(self._lease_api, self.leader)
+            self._tasks.append(asyncio.create_task(self._elect(), name="vgpu-leader-election"))
+        if self.liveness:
+            info = {
+                "reconcilePasses": lambda: (
+                    self.controller.reconciler.passes if self.controller is not None else 0
+                ),
+                "leader": lambda: self.elector.is_leader if self.elector is not None else True,
+            }
+            self._health = await health.serve(self.liveness, self.health_checks(), info)
 
-    def node_objects(self) -> list[dict[str, Any]] | None:
-        """Every Node as the configuration rules read it, from the watch; None until the
-        first listing is in."""
-        if self.nodes is None or not self.nodes.synced.is_set():
-            return None
-        return [v.obj for v in self.nodes.items.values()]
+    async def _elect(self) -> None:
+        assert self.elector is not None
+        try:
+            await self.elector.run(self._lead)
+        except LeadershipLost as exc:
+            log.error("lost the leader lease: %s; stopping", exc)
+            self.lost = True
+            self.stop_flag.set()
 
-    def node_uid(self, name: str) -> str:
-        node = self.nodes.items.get(name) if self.nodes else None
-        return node.uid if node else ""
+    async def _lead(self) -> None:
+        controller = await start(self.settings)
+        self.controller = controller
+        try:
+            await asyncio.Event().wait()  # until the elector cancels it
+        finally:
+            self.controller = None
+            await controller.stop()
 
-    def policy(self, name: str) -> PolicyEntry | None:
-        return self.policies.items.get(name) if self.policies else None
+    async def cleanup(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)  # releases the lease
+        if self.controller is not None:
+            await self.controller.stop()
+            self.controller = None
+        if self._lease_api is not None:
+            await self._lease_api.close()
+        if self._health is not None:
+            await self._health.cleanup()
 
-    @property
-    def work(self) -> Reconciler:
-        assert self.reconciler is not None, "the operator has not started"
-        return self.reconciler
+    def health_checks(self) -> dict[str, health.Check]:
+        def credentials() -> str:
+            apis = [c.api for c in (self.controller,) if c is not None]
+            apis += [self._lease_api] if self._lease_api is not None else []
+            return "; ".join(p for p in (a.auth.problem() for a in apis) if p)
+
+        def lease() -> str:
+            return self.elector.check() if self.elector is not None else ""
+
+        return {"credentials": credentials, "lease": lease}
+
+    def request_configuration_pass(self) -> None:
+        if self.controller is not None:
+            self.controller.request_configuration_pass()
+
+    def watches(self, kind: str, namespace: str | None, name: str) -> bool:
+        volcano = self.controller.volcano if self.controller is not None else None
+        return volcano is not None and volcano.watches(kind, namespace, name)
 
 
-def build_registry(state: ControllerState) -> kopf.OperatorRegistry:
+def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return state.credentials.connection_info()
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        # Called again by Kopf on a 401: the credentials are loaded anew each time.
+        return await runtime.settings.credentials.connection_info()
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_settings(settings)
-        state.api = state.credentials.api_client(pool_size=state.options.concurrency + 8)
-        state.events = EventPoster(state.api)
-        state.reconciler = Reconciler(
-            api=state.api,
-            snapshot=state.snapshot,
-            post_event=state.events,
-            node_uid=state.node_uid,
-            options=state.options,
-            extra_conditions=partial(policy_conditions, state),
-        )
-        state.nodes = Informer(
-            state.api, "nodes", kubeapi.node_path(), indexed_node, partial(node_event, state)
-        )
-        state.policies = Informer(
-            state.api, "policies", kubeapi.policy_path(), policy_entry, partial(policy_event, state)
-        )
-        state.watch_tasks = [
-            asyncio.create_task(state.nodes.run(), name="vgpu-watch-nodes"),
-            asyncio.create_task(state.policies.run(), name="vgpu-watch-policies"),
-        ]
-        # No pass before both listings are in: with the policies not yet known, every owned
-        # node would look like a node of a deleted policy, and be cleaned.
-        state.task = asyncio.create_task(
-            _after(state.wait_synced(), state.reconciler.run()), name="vgpu-reconciler"
-        )
+        await runtime.startup()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        tasks = [t for t in (state.task, *state.watch_tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if state.events is not None:
-            await state.events.drain()
-        if state.api is not None:
-            await state.api.close()
+        await runtime.cleanup()
 
-    @kopf.on.probe(registry=registry, id="reconcilePasses")
-    def passes(**_: Any) -> int:
-        return state.reconciler.passes if state.reconciler else 0
+    if runtime.settings.volcano.enabled:
 
-    register_volcano(registry, state)
+        def wanted(kind: str) -> Any:
+            def when(name: str, namespace: str | None, **_: Any) -> bool:
+                return runtime.watches(kind, namespace, name)
+
+            return when
+
+        @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
+        async def configmap_event(**_: Any) -> None:
+            runtime.request_configuration_pass()
+
+        @kopf.on.event("apps", "v1", "daemonsets", registry=registry, when=wanted("DaemonSet"))
+        async def daemonset_event(**_: Any) -> None:
+            runtime.request_configuration_pass()
+
+        @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))
+        async def deployment_event(**_: Any) -> None:
+            runtime.request_configuration_pass()
+
     check_registry(registry)
     return registry
-
-
-async def _after(first: Coroutine[Any, Any, None], then: Coroutine[Any, Any, None]) -> None:
-    try:
-        await first
-    except BaseException:
-        then.close()
-        raise
-    await then
-
-
-async def node_event(state: ControllerState, change: Change[IndexedNode]) -> None:
-    if state.volcano is not None:  # the plugin's registration, for the configuration rules
-        state.volcano.node_changed(change.name, change.obj, deleted=change.type == DELETED)
-    if change.type == DELETED:
-        state.work.request_nodes([])  # statuses count nodes: recompute them
-        _nudge_volcano(state)
-        return
-    facts = change.item.facts
-    if change.previous is not None and _same_facts(change.previous.facts, facts):
-        return  # a heartbeat or another change the operator does not read
-    _nudge_volcano(state)  # released config, inventory, labels or taints changed
-    if state.work.is_own_write(change.name, facts):
-        return  # the echo of the operator's own PATCH
-    state.work.request_nodes([change.name])
-
-
-async def policy_event(state: ControllerState, change: Change[PolicyEntry]) -> None:
-    name = change.name
-    if change.type == DELETED:
-        state.seen_policies.pop(name, None)
-        state.work.forget_policy(name)
-        state.work.request_full()
-        _nudge_volcano(state)
-        return
-    meta = change.obj.get("metadata") or {}
-    finalizers = change.item.finalizers
-    deleting = change.item.parsed.deleting
-    key = (int(meta.get("generation") or 0), deleting, finalizers)
-    if state.seen_policies.get(name) == key:
-        return  # a status write (ours) or a label/annotation edit: nothing to do
-    state.seen_policies[name] = key
-    # The pass does not wait for the finalizer's round trip: until it is on, a deletion is
-    # still handled (the policy's nodes are then released as nodes of no policy).
-    state.work.request_full()
-    _nudge_volcano(state)
-    missing = not deleting and contract.FINALIZER not in finalizers
-    if missing and not await _add_finalizer(state, name, meta):
-        state.seen_policies.pop(name, None)  # handle the newer version when it comes
 
 
 def check_registry(registry: kopf.OperatorRegistry) -> None:
     """With `NoDiffBase`, a change-detecting handler would never see a change: refuse it."""
     if registry._changing.get_all_handlers():
         raise RuntimeError("change-detecting handlers need Kopf's diff-base storage back")
-
-
-def _nudge_volcano(state: ControllerState) -> None:
-    if state.volcano is not None:
-        state.volcano.request()
-
-
-def _same_facts(a: NodeFacts, b: NodeFacts) -> bool:
-    """Equal for the operator's purposes: everything but the resourceVersion."""
-    return (
-        a.labels == b.labels
-        and a.annotations == b.annotations
-        and a.taints == b.taints
-        and a.errors == b.errors
-    )
-
-
-async def _add_finalizer(state: ControllerState, name: str, meta: Mapping[str, Any]) -> bool:
-    assert state.api is not None
-    finalizers = [*list(meta.get("finalizers") or ()), contract.FINALIZER]
-    try:
-        await kubeapi.request(
-            state.api,
-            "PATCH",
-            kubeapi.policy_path(name),
-            body={
-                "metadata": {
-                    "finalizers": finalizers,
-                    "resourceVersion": meta.get("resourceVersion"),
-                }
-            },
-            content_type=kubeapi.MERGE_PATCH,
-        )
-    except (kubeapi.Conflict, kubeapi.NotFound):
-        return False  # a newer version exists (or none): its event comes next
-    return True

@@ -1,4 +1,5 @@
-"""The operator's own Prometheus metrics (named like the GPU Operator's)."""
+"""The operator's own Prometheus metrics (named like the GPU Operator's). The API seam's own
+(`vgpu_operator_api_errors_total`, `vgpu_operator_watch_restarts_total`, ...) live in `kubeapi`."""
 
 from __future__ import annotations
 
@@ -31,9 +32,4 @@ FINDINGS = Gauge(
 RECONCILE_SECONDS = Histogram(
     "vgpu_operator_reconcile_duration_seconds",
     "Time to reconcile one policy across its nodes",
-)
-WATCH_RESTARTS = Counter(
-    "vgpu_operator_watch_restarts_total",
-    "Watches of Nodes and policies started again, by kind and reason (gone: listed again)",
-    ["kind", "reason"],
 )

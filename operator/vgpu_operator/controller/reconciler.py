@@ -23,17 +23,19 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller import metrics
-from vgpu_operator.core.events import EventSpec, node_events, policy_event
+from vgpu_operator.core.backoff import Backoff
+from vgpu_operator.core.events import node_events, policy_event
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.status import compute_status, status_patch
 from vgpu_operator.core.validate import ParsedPolicy
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
-from vgpu_operator.waiting import wait_set
+from vgpu_operator.waiting import run_passes
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
-EventPoster = Callable[[EventSpec, Mapping[str, Any]], None]
+# Posts an Event: (the object's reference, type, reason, message); kubeapi.events.EventPoster.
+EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class ReconcilerOptions:
     conflict_retries: int = 3
     status_interval: float = 1.0  # node-triggered passes recompute status at most this often
 
+
+def node_write_backoff() -> Backoff[str]:
+    """A refused node write: retried after about 1 s, then twice as long each time, at most
+    5 minutes (+ up to 20% jitter), never before the apiserver's Retry-After."""
+    return Backoff(initial=1.0, cap=300.0, factor=2.0, jitter=0.2)
+
+
+BACKOFF_SLACK = 0.01  # the wake-up comes this much after the due time (never just before it)
 
 Snapshot = Callable[[], tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]]
 NodeUid = Callable[[str], str]
@@ -81,8 +91,30 @@ class Reconciler:
     _reported: set[tuple[str, str]] = field(default_factory=set)
     _last_status: float = 0.0
     _status_scheduled: bool = False
+    # Nodes whose writes the apiserver refused (anything but 404/409): not written again before
+    # their backoff allows; one timer wakes the reconciler for the earliest (`_write_nodes`).
+    node_backoff: Backoff[str] = field(default_factory=node_write_backoff)
+    clock: Callable[[], float] = time.monotonic  # the backoff's time (the event loop's clock)
+    _backoff_timer: asyncio.TimerHandle | None = None
+    _backoff_timer_at: float = 0.0
+    _retry_timer: asyncio.TimerHandle | None = None
     passes: int = 0
-    writing: bool = False  # node writes are under way (the configuration pass waits for them)
+    # Set while no node writes are under way (the configuration pass waits for it).
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def writing(self) -> bool:
+        return not self.idle.is_set()
+
+    @writing.setter
+    def writing(self, value: bool) -> None:
+        if value:
+            self.idle.clear()
+        else:
+            self.idle.set()
 
     # -- requests (called by handlers) ------------------------------------------------------
     def request_full(self) -> None:
@@ -94,34 +126,38 @@ class Reconciler:
         self._wake.set()
 
     def _retry_soon(self) -> None:
-        """Another full pass after a short pause (the watch may still be catching up)."""
-        loop = asyncio.get_running_loop()
-        loop.call_later(1.0, self.request_full)
+        """Another full pass after a short pause (the watch may still be catching up); one
+        pending at a time."""
+        if self._retry_timer is not None:
+            return
+
+        def fire() -> None:
+            self._retry_timer = None
+            self.request_full()
+
+        self._retry_timer = asyncio.get_running_loop().call_later(1.0, fire)
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
-        last_full = time.monotonic()
-        while True:
-            timeout = max(0.0, self.options.resync_seconds - (time.monotonic() - last_full))
-            if not await wait_set(self._wake, timeout):
-                self._full = True
-            await asyncio.sleep(self.options.debounce_seconds)
-            self._wake.clear()
-            full, nodes = self._full, set(self._nodes)
-            self._full, self._nodes = False, set()
-            if full:
-                last_full = time.monotonic()
-            try:
-                await self.reconcile(full=full, only=nodes)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                metrics.RECONCILES.labels(result="error").inc()
-                log.exception("reconcile pass failed; retrying with a full pass")
-                await asyncio.sleep(1.0)
-                self._full = True
-                self._wake.set()
-                continue
+        await run_passes(
+            self._wake,
+            self._pass,
+            debounce=self.options.debounce_seconds,
+            resync=self.options.resync_seconds,
+            retry=1.0,
+            name="reconcile pass",
+        )
+
+    async def _pass(self, resync: bool) -> bool:
+        full, nodes = self._full or resync, set(self._nodes)
+        self._full, self._nodes = False, set()
+        try:
+            await self.reconcile(full=full, only=nodes)
+        except Exception:
+            metrics.RECONCILES.labels(result="error").inc()
+            self._full = True  # the retry is a full pass
+            raise
+        return full
 
     async def reconcile(self, *, full: bool, only: set[str]) -> None:
         """One pass. A node-triggered pass plans only the requested nodes (selection is per
@@ -175,12 +211,26 @@ class Reconciler:
         parsed: list[ParsedPolicy],
         nodes: dict[str, NodeFacts],
     ) -> dict[str, NodePlan]:
-        """PATCH every node whose plan has one; returns the plans that were written."""
+        """PATCH every node whose plan has one; returns the plans that were written.
+
+        A 409 reads the node again and plans it again (`conflict_retries` times). A write that
+        fails otherwise (422 from validation or an admission policy, 403, 429, 5xx, a timeout)
+        puts the node in `node_backoff`: no pass writes it again before its backoff allows
+        (exponential per node, never before the apiserver's Retry-After), the other nodes go on,
+        and one timer wakes the reconciler for the earliest node due. The policy status names
+        the failing nodes with the apiserver's message (`_write_statuses`)."""
         written: dict[str, NodePlan] = {}
+        backoff = self.node_backoff
+        backoff.retain(lambda name: name in nodes)  # deleted nodes
+        for plan in plans.values():
+            if plan.patch is None:
+                backoff.forget(plan.node)  # nothing to write any more (or a problem to report)
+        now = self.clock()
 
         async def write(plan: NodePlan) -> None:
             for _attempt in range(self.options.conflict_retries + 1):
                 if plan.patch is None:
+                    backoff.forget(plan.node)
                     return
                 try:
                     obj = await kubeapi.request(
@@ -193,25 +243,34 @@ class Reconciler:
                     )
                 except kubeapi.Conflict:
                     metrics.NODE_WRITES.labels(outcome="conflict").inc()
-                    fresh = await kubeapi.request(self.api, "GET", kubeapi.node_path(plan.node))
+                    try:
+                        fresh = await kubeapi.request(self.api, "GET", kubeapi.node_path(plan.node))
+                    except kubeapi.NotFound:
+                        self._node_gone(plan.node, nodes)
+                        return
                     nodes[plan.node] = node_facts(fresh)
                     plan = plan_cluster([nodes[plan.node]], parsed).plans[plan.node]
                     continue
                 except kubeapi.NotFound:
-                    nodes.pop(plan.node, None)
+                    self._node_gone(plan.node, nodes)
                     return
                 metrics.NODE_WRITES.labels(outcome="ok").inc()
                 facts = node_facts(_written(obj, plan.patch or {}, nodes.get(plan.node)))
                 nodes[plan.node] = facts
                 self._fresh[plan.node] = facts
                 written[plan.node] = plan
+                if backoff.succeeded(plan.node):
+                    log.info("node %s: written again after failed attempts", plan.node)
                 return
             log.warning("node %s kept changing under us; will retry", plan.node)
             self.request_nodes([plan.node])
 
         # A fixed set of workers over one queue: bounded concurrency without a thousand tasks
         # waiting on a semaphore (whose wake-ups cost more than the writes' own bookkeeping).
-        todo = iter([p for p in plans.values() if p.patch is not None])
+        # Nodes backing off are left out: their timer brings them back when due.
+        todo = iter(
+            [p for p in plans.values() if p.patch is not None and backoff.ready(p.node, now)]
+        )
 
         async def worker() -> None:
             for plan in todo:
@@ -220,16 +279,64 @@ class Reconciler:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    metrics.NODE_WRITES.labels(outcome="error").inc()
-                    log.error("node write failed: %s", exc)
-                    self._retry_soon()  # heal with a full pass shortly
+                    self._write_failed(plan.node, exc)
 
         self.writing = True
         try:
             await asyncio.gather(*(worker() for _ in range(self.options.concurrency)))
         finally:
             self.writing = False
+            self._schedule_backoff_wake()
         return written
+
+    def _node_gone(self, name: str, nodes: dict[str, NodeFacts]) -> None:
+        nodes.pop(name, None)
+        self.node_backoff.forget(name)
+
+    def _write_failed(self, name: str, exc: Exception) -> None:
+        """A node write failed with anything but 404/409: back off that node."""
+        metrics.NODE_WRITES.labels(outcome="error").inc()
+        retry_after = (
+            exc.retry_after
+            if isinstance(exc, kubeapi.TooManyRequests | kubeapi.ServerError)
+            else None
+        )
+        message = failure_message(exc)
+        now = self.clock()
+        at = self.node_backoff.failed(name, now, retry_after=retry_after, message=message)
+        failure = self.node_backoff.get(name)
+        attempts = failure.attempts if failure is not None else 1
+        log.warning(
+            "node %s: write failed (%s); next attempt in %.1fs (%d failures in a row)",
+            name,
+            message,
+            at - now,
+            attempts,
+        )
+
+    def _schedule_backoff_wake(self) -> None:
+        """One timer, at the earliest time a backing-off node may be written again."""
+        due = self.node_backoff.due()
+        timer = self._backoff_timer
+        if timer is not None and due is not None and self._backoff_timer_at <= due:
+            return  # an earlier (or the same) wake-up is already set
+        if timer is not None:
+            timer.cancel()
+            self._backoff_timer = None
+        if due is None:
+            return
+        delay = max(0.0, due - self.clock()) + BACKOFF_SLACK
+        self._backoff_timer_at = due
+        self._backoff_timer = asyncio.get_running_loop().call_later(delay, self._backoff_due)
+
+    def _backoff_due(self) -> None:
+        """The timer: a pass for the nodes now due (it sets the next timer after its writes)."""
+        self._backoff_timer = None
+        due = self.node_backoff.due_keys(self.clock())
+        if due:
+            self.request_nodes(due)
+        else:  # those nodes were forgotten meanwhile: wait for the next one
+            self._schedule_backoff_wake()
 
     # -- events -----------------------------------------------------------------------------
     def _emit_events(
@@ -247,9 +354,11 @@ class Reconciler:
                     spec = replace(
                         spec, message=f"{spec.message} ({left_out} node Events not posted)"
                     )
-                self.post_event(spec, _policy_ref(name, entry.uid))
+                ref = kubeapi.object_ref(contract.POLICY_KIND, name, uid=entry.uid)
+                self.post_event(ref, spec.type, spec.reason, spec.message)
         for spec in specs:
-            self.post_event(spec, _node_ref(spec.name, self.node_uid(spec.name)))
+            ref = kubeapi.object_ref("Node", spec.name, uid=self.node_uid(spec.name))
+            self.post_event(ref, spec.type, spec.reason, spec.message)
             if spec.type == "Warning":
                 self._reported.add((spec.name, spec.reason))
         current = {(p.node, pr.reason) for p in problems for pr in p.problems}
@@ -263,6 +372,7 @@ class Reconciler:
         policies: Mapping[str, PolicyEntry],
     ) -> None:
         now = self.now()
+        failures = {node: f[1] for node, f in self.node_backoff.failing().items()}
         for name, entry in policies.items():
             if entry.parsed.deleting:
                 continue
@@ -275,7 +385,7 @@ class Reconciler:
             if self.extra_conditions is not None:
                 owned = frozenset(n for n, a in cluster.assignments.items() if a.owner == name)
                 extra = self.extra_conditions(name, owned)
-            new = compute_status(entry.parsed, cluster, nodes, old, now, extra)
+            new = compute_status(entry.parsed, cluster, nodes, old, now, extra, failures)
             body = status_patch(old, new)
             if body is None:
                 continue
@@ -307,7 +417,8 @@ class Reconciler:
             still = [n for n, f in nodes.items() if f.policy_label == name]
             if still:
                 log.info("policy %s is being deleted; %d nodes still to clean", name, len(still))
-                self._retry_soon()
+                if not all(n in self.node_backoff for n in still):
+                    self._retry_soon()  # (a node backing off brings its own pass when due)
                 continue
             remaining = [f for f in entry.finalizers if f != contract.FINALIZER]
             try:
@@ -330,6 +441,16 @@ class Reconciler:
                 self._retry_soon()
                 continue
             self.forget_policy(name)
+
+
+def failure_message(exc: BaseException) -> str:
+    """A failed write as the status and the logs show it: the HTTP status and the apiserver's
+    own message (what kubectl prints), or what went wrong when there was no answer."""
+    if isinstance(exc, kubeapi.Unreachable):
+        return f"no answer from the apiserver: {exc.message}"
+    if isinstance(exc, kubeapi.ApiError):
+        return f"{exc.status} {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _written(
@@ -356,18 +477,6 @@ def _newer_or_same(seen: str, ours: str) -> bool:
         return int(seen) >= int(ours)
     except ValueError:
         return seen == ours
-
-
-def _policy_ref(name: str, uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": contract.API_VERSION,
-        "kind": contract.POLICY_KIND,
-        "metadata": {"name": name, "uid": uid},
-    }
-
-
-def _node_ref(name: str, uid: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": uid}}
 
 
 def _export_gauges(cluster: ClusterPlan) -> None:

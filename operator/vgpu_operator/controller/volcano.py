@@ -15,27 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import kopf
 from kubernetes_asyncio import client
 
+from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
-from vgpu_operator.controller.events import EventLike, EventPoster
 from vgpu_operator.controller.snapshot import configmap_refs, read_snapshot
 from vgpu_operator.controller.volcano_writes import (
+    WriteBackoff,
     Written,
     enforce_configuration,
     restart,
     restart_inputs,
+    retry_at,
+    write_backoff,
 )
 from vgpu_operator.core import restarts as planner
 from vgpu_operator.core.findings import (
-    CONDITION,
     ConditionValue,
     config_condition,
     finding_counts,
@@ -46,14 +46,10 @@ from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef, run_ru
 from vgpu_operator.core.rules.snapshot import meta
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
-from vgpu_operator.waiting import wait_set
-
-if TYPE_CHECKING:
-    from vgpu_operator.controller.handlers import ControllerState
+from vgpu_operator.waiting import run_passes, wait_set
 
 log = logging.getLogger("vgpu_operator.volcano")
 
-API_VERSIONS = {"Deployment": "apps/v1", "DaemonSet": "apps/v1"}
 HISTORY = 1000  # writes and restarts remembered (for logs, tests and the demo)
 
 
@@ -71,27 +67,18 @@ class VolcanoOptions:
     max_defer_seconds: float = 10.0
 
 
-@dataclass(frozen=True)
-class _Event:
-    """What `EventPoster` posts."""
-
-    name: str
-    type: str
-    reason: str
-    message: str
-
-
 @dataclass
 class VolcanoReconciler:
     api: client.ApiClient
     config: OperatorConfig
-    post_event: Callable[[EventLike, Mapping[str, Any]], None]
+    post_event: Callable[[Mapping[str, Any], str, str, str], None]  # ref, type, reason, message
     options: VolcanoOptions = field(default_factory=VolcanoOptions)
     on_findings_changed: Callable[[], None] = lambda: None
     # The compact Nodes from the controller's watch; None until it has listed them all (a
     # pass then lists them itself).
     node_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
-    nodes_busy: Callable[[], bool] = lambda: False  # the policy reconciler is writing Nodes
+    # Set while the policy reconciler is not writing Nodes (None: never wait).
+    nodes_idle: asyncio.Event | None = None
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     findings: list[Finding] | None = None  # of the last pass; None: not checked yet
@@ -105,6 +92,8 @@ class VolcanoReconciler:
     _scheduler_device: tuple[str, str] | None = None  # the ConfigMap the scheduler conf names
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    # Objects whose writes were refused (not 404/409), from pass to pass (`volcano_writes`).
+    backoff: WriteBackoff = field(default_factory=write_backoff)
 
     # -- requests ---------------------------------------------------------------------------
     def request(self) -> None:
@@ -114,7 +103,10 @@ class VolcanoReconciler:
         delay = max(0.0, (when - self.now()).total_seconds())
         loop = asyncio.get_running_loop()
         self._timers = [t for t in self._timers if not t.cancelled() and t.when() > loop.time()]
-        self._timers.append(loop.call_later(delay + 0.05, self.request))
+        due = loop.time() + delay + 0.05
+        if any(abs(t.when() - due) < 0.1 for t in self._timers):
+            return  # a pass is already asked for then (e.g. each pass re-asks for a back-off)
+        self._timers.append(loop.call_at(due, self.request))
 
     def node_changed(self, name: str, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A node event: ask for a pass only when the plugin's registration changed (the
@@ -155,28 +147,27 @@ class VolcanoReconciler:
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
-        last = -float("inf")
         self.request()
-        while True:
-            await wait_set(self._wake, self.options.resync_seconds)
-            pause = max(
-                self.options.debounce_seconds,
-                self.options.min_pass_seconds - (time.monotonic() - last),
-            )
-            await asyncio.sleep(pause)
-            deferred = 0.0
-            while self.nodes_busy() and deferred < self.options.max_defer_seconds:
-                await asyncio.sleep(0.1)
-                deferred += 0.1
-            self._wake.clear()
-            last = time.monotonic()
-            try:
-                await self.reconcile()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("configuration pass failed; retrying")
-                self.request_at(self.now() + timedelta(seconds=5))
+        await run_passes(
+            self._wake,
+            self._pass,
+            debounce=self.options.debounce_seconds,
+            min_interval=self.options.min_pass_seconds,
+            resync=self.options.resync_seconds,
+            retry=5.0,
+            before=self._wait_for_node_writes,
+            name="configuration pass",
+        )
+
+    async def _pass(self, resync: bool) -> bool:
+        await self.reconcile()
+        return True
+
+    async def _wait_for_node_writes(self) -> None:
+        """While Nodes are being written, wait (at most `max_defer_seconds`): the pass then
+        renders the whole batch once, instead of competing with the writes pass after pass."""
+        if self.nodes_idle is not None:
+            await wait_set(self.nodes_idle, self.options.max_defer_seconds)
 
     async def reconcile(self) -> None:
         snapshot = await read_snapshot(self.api, self.config, self.node_source())
@@ -192,7 +183,7 @@ class VolcanoReconciler:
     # -- enforce ----------------------------------------------------------------------------
     async def _enforce(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         now = self.now()
-        result = await enforce_configuration(self.api, snapshot, now)
+        result = await enforce_configuration(self.api, snapshot, now, self.backoff)
         if result.conflicts:
             self.request()  # rendered from an outdated object: again on the newer one
         if result.written:
@@ -211,7 +202,7 @@ class VolcanoReconciler:
         keep = max(settings.min_interval, timedelta(minutes=10))
         self._ledger = planner.prune(self._ledger, now, keep)
         plan = planner.plan_restarts(restart_inputs(snapshot), self._ledger, settings, now)
-        done = [a for a in plan.actions if await restart(self.api, a, now, snapshot)]
+        done = [a for a in plan.actions if await restart(self.api, a, now, snapshot, self.backoff)]
         self._ledger = planner.record(self._ledger, done, now)
         for action in done:
             log.warning(
@@ -224,6 +215,8 @@ class VolcanoReconciler:
             self._post_normal(kind, action.namespace, action.name, "", "Restarted", action.reason)
         if plan.wake_at is not None:
             self.request_at(plan.wake_at)
+        if (due := retry_at(self.backoff)) is not None:
+            self.request_at(due)  # the earliest object backing off
         if done:
             for delay in self.options.stranded_checks:
                 self.request_at(now + timedelta(seconds=delay))
@@ -247,7 +240,7 @@ class VolcanoReconciler:
             ref = _ref(ev.target, uids)
             if ref["metadata"]["uid"] is None:
                 continue  # no such object (e.g. a missing ConfigMap): nothing to show it on
-            self.post_event(_Event(ev.target.name, "Warning", ev.reason, ev.message), ref)
+            self.post_event(ref, "Warning", ev.reason, ev.message)
         if left:
             self.request_at(self.now() + timedelta(seconds=self.options.min_pass_seconds))
         signature = frozenset(finding_key(f) for f in findings)
@@ -258,12 +251,8 @@ class VolcanoReconciler:
     def _post_normal(
         self, kind: str, namespace: str, name: str, uid: str, reason: str, message: str
     ) -> None:
-        ref = {
-            "apiVersion": API_VERSIONS.get(kind, "v1"),
-            "kind": kind,
-            "metadata": {"name": name, "namespace": namespace, "uid": uid or None},
-        }
-        self.post_event(_Event(name, "Normal", reason, message), ref)
+        ref = kubeapi.object_ref(kind, name, namespace=namespace, uid=uid)
+        self.post_event(ref, "Normal", reason, message)
 
     def condition(self, nodes: frozenset[str]) -> ConditionValue | None:
         if self.findings is None:
@@ -288,96 +277,4 @@ def _uids(s: ClusterSnapshot) -> dict[tuple[str, str, str], str]:
 
 def _ref(target: ObjectRef, uids: Mapping[tuple[str, str, str], str]) -> dict[str, Any]:
     uid = uids.get((target.kind, target.namespace or "", target.name), "")
-    return {
-        "apiVersion": API_VERSIONS.get(target.kind, "v1"),
-        "kind": target.kind,
-        "metadata": {"name": target.name, "namespace": target.namespace, "uid": uid or None},
-    }
-
-
-# --- wiring into the controller -----------------------------------------------------------
-
-
-def policy_conditions(
-    state: ControllerState, policy: str, nodes: frozenset[str]
-) -> dict[str, ConditionValue]:
-    """The extra status conditions of a policy. Until the first pass has run, the policy keeps
-    the condition it has (a restarted operator then writes no status for the wait)."""
-    if not state.volcano_options.enabled:
-        return {}
-    value = state.volcano.condition(nodes) if state.volcano is not None else None
-    if value is None:
-        stored = state.policy(policy)
-        for c in (stored.status if stored else {}).get("conditions") or []:
-            if c.get("type") == CONDITION:
-                return {
-                    CONDITION: (
-                        c.get("status", "Unknown"),
-                        c.get("reason", ""),
-                        c.get("message", ""),
-                    )
-                }
-        return {}
-    return {CONDITION: value}
-
-
-def register(registry: kopf.OperatorRegistry, state: ControllerState) -> None:
-    """The configuration reconciler's startup, cleanup and watches."""
-    if not state.volcano_options.enabled:
-        return
-
-    def wanted(kind: str) -> Callable[..., bool]:
-        def when(name: str, namespace: str | None, **_: Any) -> bool:
-            return state.volcano is not None and state.volcano.watches(kind, namespace, name)
-
-        return when
-
-    posters: list[EventPoster] = []
-
-    @kopf.on.startup(registry=registry)
-    async def volcano_startup(**_: Any) -> None:
-        api = state.credentials.api_client(pool_size=16)
-        events = EventPoster(api)
-        posters.append(events)
-
-        def findings_changed() -> None:
-            if state.reconciler is not None:
-                state.reconciler.request_full()  # the policies' ConfigConsistent condition
-
-        state.volcano = VolcanoReconciler(
-            api=api,
-            config=state.config,
-            post_event=events,
-            options=state.volcano_options,
-            on_findings_changed=findings_changed,
-            node_source=state.node_objects,
-            nodes_busy=lambda: state.reconciler is not None and state.reconciler.writing,
-        )
-        state.volcano_task = asyncio.create_task(state.volcano.run(), name="vgpu-volcano")
-
-    @kopf.on.cleanup(registry=registry)
-    async def volcano_cleanup(**_: Any) -> None:
-        v, task = state.volcano, state.volcano_task
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        for poster in posters:
-            await poster.drain()
-        if v is not None:
-            v.stop()
-            await v.api.close()
-
-    @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
-    async def configmap_event(**_: Any) -> None:
-        if state.volcano is not None:
-            state.volcano.request()
-
-    @kopf.on.event("apps", "v1", "daemonsets", registry=registry, when=wanted("DaemonSet"))
-    async def daemonset_event(**_: Any) -> None:
-        if state.volcano is not None:
-            state.volcano.request()
-
-    @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))
-    async def deployment_event(**_: Any) -> None:
-        if state.volcano is not None:
-            state.volcano.request()
+    return kubeapi.object_ref(target.kind, target.name, namespace=target.namespace, uid=uid)

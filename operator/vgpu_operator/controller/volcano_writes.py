@@ -6,21 +6,28 @@ Every write carries the resourceVersion it was computed from: a 409 means someon
 object meanwhile, and the next pass renders from the newer version. Nothing is written when a
 renderer says unchanged; a renderer that cannot read the current object (RenderError) writes
 nothing (the rules report it).
+
+A write refused otherwise (422 from validation or an admission policy, 403, 429, 5xx, a timeout)
+does not fail the pass: the object backs off (`core.backoff`, per object, exponential, never
+before the apiserver's Retry-After), the other writes and the rules go on, and no pass writes that
+object again before its backoff allows; `retry_at` says when the reconciler should wake for it.
+The backoff's clock is the reconciler's `now` (seconds since the epoch).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.reconciler import failure_message
 from vgpu_operator.controller.snapshot import configmap_path, pod_path, workload_path
+from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.render import (
     Rendered,
     RenderError,
@@ -57,6 +64,21 @@ log = logging.getLogger("vgpu_operator.volcano")
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "vgpu-operator"}
 
+ObjectKey = tuple[str, str, str]  # (kind, namespace, name)
+WriteBackoff = Backoff[ObjectKey]
+
+
+def write_backoff() -> WriteBackoff:
+    """A refused write: again after about 2 s (a configuration pass's spacing), then twice as
+    long each time, at most 5 minutes (+ up to 20% jitter), never before a Retry-After."""
+    return Backoff(initial=2.0, cap=300.0, factor=2.0, jitter=0.2)
+
+
+def retry_at(backoff: WriteBackoff) -> datetime | None:
+    """When the earliest object backing off may be written again (None: none is)."""
+    due = backoff.due()
+    return None if due is None else datetime.fromtimestamp(due, UTC)
+
 
 @dataclass(frozen=True)
 class Written:
@@ -69,11 +91,66 @@ class Written:
     uid: str = ""
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A write the apiserver refused (anything but 404/409); the object backs off."""
+
+    kind: str
+    namespace: str
+    name: str
+    message: str  # the HTTP status and the apiserver's message
+    next_at: datetime
+
+
 @dataclass
 class WriteResult:
     written: list[Written] = field(default_factory=list)
     conflicts: int = 0  # objects that changed under us: render again next pass
     plugin_args_patched: bool = False
+    refused: list[Refused] = field(default_factory=list)
+    deferred: list[ObjectKey] = field(default_factory=list)  # backing off: not attempted
+
+
+class _Writes:
+    """The backoff of one pass's writes: may this object be written now, and the bookkeeping of
+    each outcome."""
+
+    def __init__(self, backoff: WriteBackoff | None, now: datetime, result: WriteResult) -> None:
+        self.backoff = backoff if backoff is not None else write_backoff()
+        self.now = now.timestamp()
+        self.result = result
+
+    def ready(self, key: ObjectKey) -> bool:
+        if self.backoff.ready(key, self.now):
+            return True
+        self.result.deferred.append(key)
+        return False
+
+    def succeeded(self, key: ObjectKey) -> None:
+        if self.backoff.succeeded(key):
+            log.info("%s %s/%s: written again after failed attempts", *key)
+
+    def gone(self, key: ObjectKey) -> None:
+        self.backoff.forget(key)
+
+    def failed(self, key: ObjectKey, exc: kubeapi.ApiError) -> None:
+        retry_after = (
+            exc.retry_after
+            if isinstance(exc, kubeapi.TooManyRequests | kubeapi.ServerError)
+            else None
+        )
+        message = failure_message(exc)
+        at = self.backoff.failed(key, self.now, retry_after=retry_after, message=message)
+        failure = self.backoff.get(key)
+        attempts = failure.attempts if failure is not None else 1
+        log.warning(
+            "%s %s/%s: write refused (%s); next attempt in %.1fs (%d failures in a row)",
+            *key,
+            message,
+            at - self.now,
+            attempts,
+        )
+        self.result.refused.append(Refused(*key, message, datetime.fromtimestamp(at, UTC)))
 
 
 def installed(s: ClusterSnapshot) -> bool:
@@ -97,8 +174,12 @@ async def _write_configmap(
     cm: Mapping[str, Any] | None,
     rendered: Rendered,
     what: str,
-    result: WriteResult,
+    writes: _Writes,
 ) -> None:
+    result = writes.result
+    key = ("ConfigMap", ref.namespace, ref.name)
+    if not writes.ready(key):
+        return
     try:
         if cm is None:
             body = {
@@ -133,7 +214,12 @@ async def _write_configmap(
         return
     except kubeapi.NotFound:
         log.warning("cannot write ConfigMap %s/%s: namespace not found", ref.namespace, ref.name)
+        writes.gone(key)
         return
+    except kubeapi.ApiError as exc:
+        writes.failed(key, exc)
+        return
+    writes.succeeded(key)
     uid = str(meta(obj).get("uid", ""))
     result.written.append(Written("ConfigMap", ref.namespace, ref.name, what, uid))
 
@@ -148,10 +234,15 @@ def _render(label: str, render: Any, *args: Any, **kwargs: Any) -> Rendered | No
 
 
 async def enforce_configuration(
-    api: client.ApiClient, s: ClusterSnapshot, now: datetime
+    api: client.ApiClient,
+    s: ClusterSnapshot,
+    now: datetime,
+    backoff: WriteBackoff | None = None,
 ) -> WriteResult:
-    """Write what the operator owns where it differs from what it renders."""
+    """Write what the operator owns where it differs from what it renders; objects backing off
+    in `backoff` (kept by the caller from pass to pass) are left for later."""
     result = WriteResult()
+    writes = _Writes(backoff, now, result)
     if not installed(s):
         return result
     cfg = s.config
@@ -173,7 +264,7 @@ async def enforce_configuration(
         vnpus=vnpus,
     )
     if rendered is not None:
-        await _write_configmap(api, ref, cm, rendered, "device config", result)
+        await _write_configmap(api, ref, cm, rendered, "device config", writes)
 
     for ref, render in (
         (cfg.node_config, render_node_config),
@@ -183,22 +274,21 @@ async def enforce_configuration(
         rendered = _render(ref.name, render, cm, released, cfg, stamp)
         if rendered is not None:
             entries = ", ".join(sorted(rendered.changed_entries)) or "ownership"
-            await _write_configmap(api, ref, cm, rendered, f"entries {entries}", result)
+            await _write_configmap(api, ref, cm, rendered, f"entries {entries}", writes)
 
     ref = cfg.scheduler.config_map
     cm = s.scheduler_cm
     if cm is not None:
         rendered = _render(ref.name, render_scheduler_conf, cm, cfg, stamp)
         if rendered is not None:
-            await _write_configmap(api, ref, cm, rendered, "deviceshare arguments", result)
+            await _write_configmap(api, ref, cm, rendered, "deviceshare arguments", writes)
 
-    await _patch_plugin_args(api, s, result)
+    await _patch_plugin_args(api, s, writes)
     return result
 
 
-async def _patch_plugin_args(
-    api: client.ApiClient, s: ClusterSnapshot, result: WriteResult
-) -> None:
+async def _patch_plugin_args(api: client.ApiClient, s: ClusterSnapshot, writes: _Writes) -> None:
+    result = writes.result
     ref = s.config.device_plugin
     ds = next(
         (
@@ -211,7 +301,8 @@ async def _patch_plugin_args(
     if ds is None:
         return
     patch = render_plugin_args(ds, s.config)
-    if patch is None:
+    key = ("DaemonSet", ref.namespace, ref.name)
+    if patch is None or not writes.ready(key):
         return
     body = {
         "metadata": {"resourceVersion": meta(ds).get("resourceVersion")},
@@ -231,7 +322,12 @@ async def _patch_plugin_args(
         result.conflicts += 1
         return
     except kubeapi.NotFound:
+        writes.gone(key)
         return
+    except kubeapi.ApiError as exc:
+        writes.failed(key, exc)
+        return
+    writes.succeeded(key)
     result.plugin_args_patched = True
     what = "args " + " ".join(patch.args)
     result.written.append(
@@ -319,28 +415,50 @@ def on_delete_pods(s: ClusterSnapshot, action: RestartAction) -> list[str]:
 
 
 async def restart(
-    api: client.ApiClient, action: RestartAction, now: datetime, s: ClusterSnapshot
+    api: client.ApiClient,
+    action: RestartAction,
+    now: datetime,
+    s: ClusterSnapshot,
+    backoff: WriteBackoff | None = None,
+    result: WriteResult | None = None,
 ) -> bool:
     """Carry out one restart: a rollout restart (the pod template's restartedAt, as kubectl
     does; for an OnDelete DaemonSet its pods are deleted too) or the deletion of one plugin pod
-    (its DaemonSet recreates it). False: it is gone."""
+    (its DaemonSet recreates it). False: it is gone, or refused (the object then backs off in
+    `backoff`, and the refusal is added to `result`), or still backing off."""
+    writes = _Writes(backoff, now, result if result is not None else WriteResult())
+    kind = {"delete-pod": "Pod", "rollout-deployment": "Deployment"}.get(action.kind, "DaemonSet")
+    key = (kind, action.namespace, action.name)
+    if not writes.ready(key):
+        return False
     try:
         if action.kind == "delete-pod":
             await kubeapi.request(api, "DELETE", pod_path(action.namespace, action.name))
-            return True
-        kind = "Deployment" if action.kind == "rollout-deployment" else "DaemonSet"
-        restarted = {RESTARTED_AT: change_stamp(now)}
-        body = {"spec": {"template": {"metadata": {"annotations": restarted}}}}
-        await kubeapi.request(
-            api,
-            "PATCH",
-            workload_path(kind, action.namespace, action.name),
-            body=body,
-            content_type=kubeapi.MERGE_PATCH,
-        )
+        else:
+            restarted = {RESTARTED_AT: change_stamp(now)}
+            body = {"spec": {"template": {"metadata": {"annotations": restarted}}}}
+            await kubeapi.request(
+                api,
+                "PATCH",
+                workload_path(kind, action.namespace, action.name),
+                body=body,
+                content_type=kubeapi.MERGE_PATCH,
+            )
     except kubeapi.NotFound:
+        writes.gone(key)
         return False
+    except kubeapi.Conflict:
+        return False  # planned again by the next pass
+    except kubeapi.ApiError as exc:
+        writes.failed(key, exc)
+        return False
+    writes.succeeded(key)
     for name in on_delete_pods(s, action):
-        with contextlib.suppress(kubeapi.NotFound):
+        pod = ("Pod", action.namespace, name)
+        try:
             await kubeapi.request(api, "DELETE", pod_path(action.namespace, name))
+        except kubeapi.NotFound:
+            writes.gone(pod)
+        except kubeapi.ApiError as exc:
+            writes.failed(pod, exc)  # the rollout is recorded; the stale pod is found later
     return True

@@ -10,17 +10,11 @@ import inspect
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.controller.handlers import (
-    ControllerState,
-    IndexedNode,
-    _after,
-    indexed_node,
-    node_event,
-    policy_entry,
-)
-from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change, Informer
-from vgpu_operator.controller.kube import Credentials
+from vgpu_operator.controller.app import Controller, IndexedNode, Settings, after, indexed_node
+from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
+from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.core.nodefacts import NodeFacts
+from vgpu_operator.kubeapi.credentials import Credentials
 
 
 class Requests:
@@ -44,10 +38,13 @@ def node(rv: str, labels: dict[str, str] | None = None, heartbeat: str = "t0") -
     }
 
 
-def state_with(requests: Requests) -> ControllerState:
-    state = ControllerState(credentials=Credentials(server="https://x", token="t", ca_path=None))
-    state.reconciler = requests  # type: ignore[assignment]
-    return state
+def controller(requests: Requests | None = None) -> Controller:
+    """A controller not started (no I/O), its reconciler's request side recorded."""
+    settings = Settings(credentials=Credentials(), volcano=VolcanoOptions(enabled=False))
+    made = Controller(settings, api=None)  # type: ignore[arg-type]  # no request is made
+    if requests is not None:
+        made.reconciler = requests  # type: ignore[assignment]
+    return made
 
 
 def change(kind: str, now: dict[str, Any], before: dict[str, Any] | None) -> Change[IndexedNode]:
@@ -57,41 +54,33 @@ def change(kind: str, now: dict[str, Any], before: dict[str, Any] | None) -> Cha
 
 async def test_node_events_ask_for_the_node_only_when_something_it_reads_changed() -> None:
     requests = Requests(own={"5"})
-    state = state_with(requests)
-    await node_event(state, change(ADDED, node("1"), None))
+    state = controller(requests)
+    await state.node_event(change(ADDED, node("1"), None))
     assert requests.nodes == [["n"]]  # a new node
-    await node_event(state, change(MODIFIED, node("2", heartbeat="t1"), node("1")))
+    await state.node_event(change(MODIFIED, node("2", heartbeat="t1"), node("1")))
     assert requests.nodes == [["n"]]  # a heartbeat: nothing the operator reads
-    await node_event(state, change(MODIFIED, node("3", {"pool": "a"}), node("2")))
+    await state.node_event(change(MODIFIED, node("3", {"pool": "a"}), node("2")))
     assert requests.nodes == [["n"], ["n"]]  # relabelled: plan it again
     own = node("5", {"pool": "a", contract.LABEL_POLICY: "p"})
-    await node_event(state, change(MODIFIED, own, node("3", {"pool": "a"})))
+    await state.node_event(change(MODIFIED, own, node("3", {"pool": "a"})))
     assert requests.nodes == [["n"], ["n"]]  # the echo of the operator's own write
-    await node_event(state, change(DELETED, node("6"), node("5")))
+    await state.node_event(change(DELETED, node("6"), node("5")))
     assert requests.nodes == [["n"], ["n"], []]  # statuses count nodes: recompute them
 
 
-async def ignore(_: Change[Any]) -> None:
-    return None
-
-
-def unlisted() -> ControllerState:
-    """A state whose two informers have not delivered their first listing yet."""
-    state = state_with(Requests())
-    state.nodes = Informer(None, "nodes", "/api/v1/nodes", indexed_node, ignore)
-    state.policies = Informer(None, "policies", "/p", policy_entry, ignore)
-    return state
+def unlisted() -> Controller:
+    """A controller whose two informers have not delivered their first listing yet."""
+    return controller()
 
 
 async def test_no_pass_before_both_nodes_and_policies_are_listed() -> None:
     state = unlisted()
-    assert state.nodes is not None and state.policies is not None
     started = asyncio.Event()
 
     async def first_pass() -> None:
         started.set()
 
-    task = asyncio.create_task(_after(state.wait_synced(), first_pass()))
+    task = asyncio.create_task(after(state.wait_synced(), first_pass()))
     state.nodes.synced.set()
     await asyncio.sleep(0.05)
     assert not started.is_set()
@@ -109,7 +98,7 @@ async def test_a_gated_pass_that_is_cancelled_before_it_starts_leaves_no_corouti
         ran.append(True)
 
     then = first_pass()
-    task = asyncio.create_task(_after(state.wait_synced(), then))
+    task = asyncio.create_task(after(state.wait_synced(), then))
     await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

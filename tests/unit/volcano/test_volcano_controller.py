@@ -16,10 +16,10 @@ import pytest
 
 from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_STARTED, edit, healthy
 from vgpu_operator import contract
-from vgpu_operator.controller.handlers import ControllerState, build_registry, check_registry
-from vgpu_operator.controller.kube import Credentials
+from vgpu_operator.controller.app import Controller, Settings
+from vgpu_operator.controller.handlers import Runtime, build_registry, check_registry
 from vgpu_operator.controller.reconciler import _written
-from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler, policy_conditions
+from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.controller.volcano_writes import (
     installed,
     on_delete_pods,
@@ -30,6 +30,7 @@ from vgpu_operator.core.findings import CONDITION
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.restarts import RESTARTED_AT, RestartAction, RestartSettings, plan_restarts
 from vgpu_operator.core.rules import Finding, ObjectRef
+from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
@@ -147,15 +148,20 @@ def test_node_events_wake_it_only_when_the_registration_changes() -> None:
     assert r._wake.is_set()
 
 
+def _controller(volcano: bool = True) -> Controller:
+    settings = Settings(credentials=Credentials(), volcano=VolcanoOptions(enabled=volcano))
+    return Controller(settings, api=None)  # type: ignore[arg-type]  # makes no request
+
+
 def test_policy_condition_before_and_after_the_first_check() -> None:
-    state = ControllerState(credentials=Credentials(server="https://x", token="t", ca_path=None))
-    assert policy_conditions(state, "p", frozenset()) == {}  # nothing known, nothing stored
+    state = _controller()
+    assert state.policy_conditions("p", frozenset()) == {}  # nothing known, nothing stored
 
     stored = {"conditions": [{"type": CONDITION, "status": "False", "reason": "R", "message": "m"}]}
-    state.policies = SimpleNamespace(items={"p": SimpleNamespace(status=stored)})  # type: ignore[assignment]
+    state.policies.items["p"] = SimpleNamespace(status=stored)  # type: ignore[assignment]
     # before the first check the policy keeps what it has: no status write for the wait
-    assert policy_conditions(state, "p", frozenset()) == {CONDITION: ("False", "R", "m")}
-    state.volcano = reconciler()
+    assert state.policy_conditions("p", frozenset()) == {CONDITION: ("False", "R", "m")}
+    assert state.volcano is not None
     state.volcano.findings = [
         Finding(
             id="node-registration",
@@ -165,10 +171,9 @@ def test_policy_condition_before_and_after_the_first_check() -> None:
             fix="f",
         )
     ]
-    assert policy_conditions(state, "p", frozenset({"mine"}))[CONDITION][0] == "True"
-    assert policy_conditions(state, "p", frozenset({"other"}))[CONDITION][0] == "False"
-    state.volcano_options.enabled = False
-    assert policy_conditions(state, "p", frozenset()) == {}
+    assert state.policy_conditions("p", frozenset({"mine"}))[CONDITION][0] == "True"
+    assert state.policy_conditions("p", frozenset({"other"}))[CONDITION][0] == "False"
+    assert _controller(volcano=False).policy_conditions("p", frozenset()) == {}
 
 
 def test_an_on_delete_daemonset_is_restarted_by_deleting_its_pods() -> None:
@@ -193,6 +198,7 @@ async def _passes_while(busy_for: float, max_defer: float) -> list[float]:
     """Start the loop with Nodes being written for `busy_for` seconds; when passes began."""
     start = time.monotonic()
     no_api: Any = None
+    idle = asyncio.Event()  # Nodes are being written until busy_for has passed
     r = VolcanoReconciler(
         api=no_api,
         config=OperatorConfig(),
@@ -200,8 +206,9 @@ async def _passes_while(busy_for: float, max_defer: float) -> list[float]:
         options=VolcanoOptions(
             debounce_seconds=0.01, min_pass_seconds=0, max_defer_seconds=max_defer
         ),
-        nodes_busy=lambda: time.monotonic() - start < busy_for,
+        nodes_idle=idle,
     )
+    asyncio.get_running_loop().call_later(busy_for, idle.set)
     began: list[float] = []
 
     async def one_pass() -> None:
@@ -228,8 +235,7 @@ async def test_a_configuration_pass_waits_no_longer_than_max_defer() -> None:
 
 def test_change_detecting_handlers_are_refused_with_the_empty_diff_base() -> None:
     """NoDiffBase keeps no essence: a change-detecting handler would never see a change."""
-    state = ControllerState(credentials=Credentials(server="https://x", token="t", ca_path=None))
-    registry = build_registry(state)
+    registry = build_registry(Runtime(Settings(credentials=Credentials())))
     assert not registry._changing.get_all_handlers()
 
     @kopf.on.update("nodes", registry=registry)

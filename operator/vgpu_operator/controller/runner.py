@@ -1,0 +1,113 @@
+"""Running the controller: `vgpu-operator run`, or in a thread for the tests and the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import kopf
+
+from vgpu_operator.controller.app import Controller, Settings
+from vgpu_operator.controller.handlers import Runtime, build_registry, configure_settings
+from vgpu_operator.controller.leader import LeaderElectionConfig
+from vgpu_operator.controller.reconciler import ReconcilerOptions
+from vgpu_operator.controller.volcano import VolcanoOptions
+from vgpu_operator.kubeapi.credentials import Credentials
+from vgpu_operator.models.config import OperatorConfig
+
+
+async def run_operator(
+    runtime: Runtime,
+    *,
+    ready_flag: asyncio.Event | threading.Event | None = None,
+    stop_flag: asyncio.Event | None = None,
+) -> int:
+    """Kopf with the operator's registry until stopped; 1 if this replica lost its lease."""
+    settings = kopf.OperatorSettings()
+    configure_settings(settings)
+    if stop_flag is not None:
+        runtime.stop_flag = stop_flag
+    await kopf.operator(
+        registry=build_registry(runtime),
+        settings=settings,
+        clusterwide=True,
+        standalone=True,
+        ready_flag=ready_flag,
+        stop_flag=runtime.stop_flag,
+    )
+    return 1 if runtime.lost else 0
+
+
+@dataclass
+class OperatorThread:
+    """The operator in a thread with its own event loop (Kopf cancels all tasks in its loop on
+    exit, so it must not share the caller's). Used by the tests and the demo."""
+
+    credentials: Credentials
+    options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+    volcano: VolcanoOptions = field(default_factory=VolcanoOptions)
+    leader: LeaderElectionConfig | None = None
+    user_agent: str = "vgpu-operator"
+    ready: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    runtime: Runtime | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @property
+    def controller(self) -> Controller | None:
+        """The running controller (None before start-up, or while a standby)."""
+        return self.runtime.controller if self.runtime is not None else None
+
+    @property
+    def passes(self) -> int:
+        """Reconcile passes completed so far (0 until the first one has finished)."""
+        return self.controller.reconciler.passes if self.controller is not None else 0
+
+    def start(self, timeout: float = 60.0) -> OperatorThread:
+        # Kopf warns that OS signals cannot be handled off the main thread; here that is
+        # the point (the caller owns the process and its signals).
+        logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)
+        settings = Settings(
+            credentials=self.credentials,
+            options=self.options,
+            config=self.config,
+            volcano=self.volcano,
+            user_agent=self.user_agent,
+        )
+        self.runtime = Runtime(settings, leader=self.leader)
+        self._thread = threading.Thread(target=self._main, name="vgpu-operator", daemon=True)
+        self._thread.start()
+        if not self.ready.wait(timeout):
+            raise TimeoutError(f"the operator did not start within {timeout}s: {self.error}")
+        return self
+
+    def _main(self) -> None:
+        assert self.runtime is not None
+        runtime = self.runtime
+
+        async def main() -> None:
+            stop_flag = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def relay() -> None:
+                self._stop.wait()
+                loop.call_soon_threadsafe(stop_flag.set)
+
+            threading.Thread(target=relay, daemon=True).start()
+            await run_operator(runtime, ready_flag=self.ready, stop_flag=stop_flag)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # surfaced to the caller through .error
+            self.error = exc
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError("the operator did not stop")
