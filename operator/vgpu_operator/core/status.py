@@ -4,7 +4,8 @@ Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the 
 - `Ready`: True when every matched node is ready and nothing is wrong;
 - `Reconciling`: True while the operator still has work: writes to send, or node agents to finish;
 - `Stalled`: True when progress needs a person: an invalid spec (reason `InvalidSpec`, the message
-  names the field), nodes with problems (`NodeProblems`), a conflict (`Conflict`);
+  names the field), nodes with problems (`NodeProblems`: a label or taint collision, an agent
+  that failed, or a node whose writes the apiserver keeps refusing), a conflict (`Conflict`);
 - `Conflict`: present only while some node is selected by this policy and another one of the same
   priority; the message names the nodes and the other policies;
 - conditions computed elsewhere, passed in as `extra_conditions` (e.g. `ConfigConsistent`, from
@@ -15,6 +16,11 @@ left: labels, taints, target and released config) and, for a mode that needs the
 (`mig`: MIG mode and layout), the agent reports `vgpu.volcano.sh/state=success`. Other modes need
 no agent work, so an absent state label is fine, but an agent that reports `pending`, `applying`,
 `failed` or `blocked` is believed.
+
+A node whose write the apiserver refused (422 from an admission policy, 403, 429, 5xx, a timeout)
+is a problem of the policy that owns it, or whose label it still carries, with the apiserver's
+message: the shell passes those failures in (`write_failures`, node -> message) while the node
+backs off, so the status stays a function of its inputs.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from vgpu_operator.models.policy import (
 
 AGENT_MODES = frozenset({"mig"})
 CONDITION_ORDER = ("Ready", "Reconciling", "Stalled", "Conflict")
+WRITE_FAILED = "WriteFailed"  # the reason of a node whose writes the apiserver refuses
 _MAX_MESSAGE = 1000
 
 
@@ -72,6 +79,18 @@ def _agent_problem(facts: NodeFacts) -> NodeProblem | None:
     return None
 
 
+def write_problem(node: str, failure: str) -> NodeProblem:
+    """A node whose writes the apiserver refuses: its message, and what to look at."""
+    return NodeProblem(
+        node=node,
+        reason=WRITE_FAILED,
+        message=_clip(
+            f"the apiserver refused the node's update: {failure}; retried with backoff; fix: "
+            "what refuses it (an admission policy or webhook, RBAC, the apiserver's load)"
+        ),
+    )
+
+
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -87,9 +106,12 @@ def compute_status(
     old_status: Mapping[str, Any] | None,
     now: datetime,
     extra_conditions: Mapping[str, tuple[str, str, str]] | None = None,
+    write_failures: Mapping[str, str] | None = None,
 ) -> VGPUNodePolicyStatus:
-    """The status of one policy after planning; `now` stamps conditions that change."""
+    """The status of one policy after planning; `now` stamps conditions that change.
+    `write_failures`: {node: the apiserver's message} of nodes whose writes are refused."""
     name, generation = parsed.name, parsed.generation
+    failures = write_failures or {}
     conditions: dict[str, tuple[str, str, str]] = {}  # type -> (status, reason, message)
     extra = dict(extra_conditions or {})
     problems: list[NodeProblem] = []
@@ -116,10 +138,20 @@ def compute_status(
                 NodeProblem(node=node, reason=p.reason, message=_clip(p.describe()))
                 for p in plan.problems[:1]
             )
+        elif node in failures:
+            problems.append(write_problem(node, failures[node]))
         elif (agent := _agent_problem(nodes[node])) is not None:
             problems.append(agent)
         elif node not in ready:
             pending += 1
+    # Nodes leaving the policy (their labels still to remove) whose writes are refused.
+    if failures:
+        mine = set(owned)
+        problems.extend(
+            write_problem(node, failures[node])
+            for node in sorted(failures)
+            if node in nodes and nodes[node].policy_label == name and node not in mine
+        )
     for node in conflicts:
         others = ", ".join(cluster.assignments[node].others_in_conflict(name))
         problems.append(

@@ -186,3 +186,44 @@ def test_status_patch_tolerates_server_defaults_and_garbage() -> None:
             del c["message"]  # as written by a client that omits empty strings
     assert status_patch(body, st) is None
     assert status_patch({"conditions": "garbage"}, st) is not None
+
+
+def test_a_node_whose_writes_are_refused_is_a_problem_with_the_apiservers_message() -> None:
+    pols = [policy("p", HAMI)]
+    nodes = [node("n1", {"pool": "a"}), node("n2", {"pool": "a"})]
+    facts = [node_facts(n) for n in nodes]
+    cluster = plan_cluster(facts, parsed(pols))
+    by_name = {f.name: f for f in facts}
+    refused = "422 nodes \"n1\" is forbidden: ValidatingAdmissionPolicy 'deny' denied request"
+    st = compute_status(
+        cluster.policies["p"], cluster, by_name, None, T0, write_failures={"n1": refused}
+    )
+    [problem] = st.problem_nodes
+    assert (problem.node, problem.reason) == ("n1", "WriteFailed")
+    assert refused in problem.message and "fix:" in problem.message
+    assert conds(st)["Stalled"] == ("True", "NodeProblems")
+    assert conds(st)["Ready"] == ("False", "NodeProblems")
+    stalled = {c.type: c for c in st.conditions}["Stalled"].message
+    assert "1 node with problems; first: n1:" in stalled and refused in stalled
+    assert conds(st)["Reconciling"] == ("True", "Progressing")  # n2 is still to be written
+    # The failure gone (the write went through): no problem left.
+    configured, _ = reconcile(nodes, pols)
+    after = status_of("p", configured, pols, old=status_body(st))
+    assert after.problem_nodes == [] and conds(after)["Ready"] == ("True", "Ready")
+
+
+def test_a_refused_node_leaving_the_policy_is_still_its_problem() -> None:
+    pols = [policy("p", HAMI)]
+    configured, _ = reconcile([node("n1", {"pool": "a"})], pols)
+    configured[0]["metadata"]["labels"]["pool"] = "b"  # no longer selected: labels to remove
+    facts = [node_facts(n) for n in configured]
+    cluster = plan_cluster(facts, parsed(pols))
+    by_name = {f.name: f for f in facts}
+    failures = {"n1": "503 etcdserver: request timed out", "gone": "503 x"}
+    st = compute_status(cluster.policies["p"], cluster, by_name, None, T0, write_failures=failures)
+    assert [(p.node, p.reason) for p in st.problem_nodes] == [("n1", "WriteFailed")]
+    assert "503 etcdserver: request timed out" in st.problem_nodes[0].message
+    other = compute_status(
+        cluster.policies["p"], cluster, by_name, None, T0, write_failures={"n2": "503 x"}
+    )
+    assert other.problem_nodes == []
