@@ -153,7 +153,7 @@ def test_chart_role_grants_the_lease_and_nothing_more() -> None:
     assert named[0]["rules"][1]["resourceNames"] == ["x"]
     assert not [
         d
-        for d in render_chart(values={"leaderElection.enabled": "false"})
+        for d in render_chart(values={"leaderElection.enabled": "false", "replicaCount": "1"})
         if d["kind"] in ("Role", "RoleBinding")
     ]
 

@@ -119,6 +119,9 @@ class Runtime:
             await controller.stop()
 
     async def cleanup(self) -> None:
+        # Stopped by a signal, Kopf still waits for its stop-flag task: set the flag so it ends
+        # at once instead of after Kopf's 5 s grace for hung tasks.
+        self.stop_flag.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)  # releases the lease

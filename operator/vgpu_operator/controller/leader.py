@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 import random
 import socket
 import time
@@ -56,10 +57,11 @@ class LeadershipLost(RuntimeError):
 
 
 def default_identity() -> str:
-    """The host name (a pod's name) and a unique suffix, so that two processes on one host are
-    never both the holder (kubernetes/kubernetes@v1.35.4:cmd/kube-controller-manager/app/
-    controllermanager.go: `id = id + "_" + string(uuid.NewUUID())`)."""
-    return f"{socket.gethostname()}_{uuid.uuid4()}"
+    """The pod's name ($POD_NAME from the downward API, else the host name) and a unique
+    suffix, so that two processes on one host are never both the holder
+    (kubernetes/kubernetes@v1.35.4:cmd/kube-controller-manager/app/controllermanager.go:
+    `id = id + "_" + string(uuid.NewUUID())`)."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
 
 
 @dataclass(frozen=True)
