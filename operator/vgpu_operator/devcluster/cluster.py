@@ -1,8 +1,10 @@
 """A real local control plane: etcd, kube-apiserver, controller manager, scheduler and kwok.
 
 Everything runs as child processes in one temp dir on free loopback ports. The apiserver has real
-authentication (a static token per component, so the audit log tells who wrote what),
-`--authorization-mode=RBAC`, ServiceAccount signing keys and an audit log of every write.
+authentication (a static token per component, so the audit log tells who wrote what, and client
+certificates from its own client CA), `--authorization-mode=RBAC`, ServiceAccount signing keys and
+an audit log of every write. `restart_apiserver()` restarts it on the same port, certificates,
+tokens and etcd.
 Teardown stops the clients first, then the apiserver, then etcd, and removes the temp dir; children
 started in the foreground also get PR_SET_PDEATHSIG so they die with the process that started them.
 """
@@ -27,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_operator.devcluster import binaries
+from vgpu_operator.devcluster import binaries, certs
+from vgpu_operator.devcluster.kubeconfigs import write_kubeconfig as write_kubeconfig
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -67,43 +70,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _generate_sa_keys(directory: Path) -> None:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (directory / "sa.key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    (directory / "sa.pub").write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-
-
-def write_kubeconfig(path: Path, server: str, token: str, ca_file: Path | None, user: str) -> Path:
-    cluster: dict[str, Any] = {"server": server}
-    if ca_file is not None:
-        cluster["certificate-authority"] = str(ca_file)
-    else:
-        cluster["insecure-skip-tls-verify"] = True
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
-        "current-context": user,
-    }
-    path.write_text(json.dumps(config, indent=2))  # JSON is YAML; no dependency needed
-    return path
-
-
 @dataclass
 class LocalCluster:
     """A running local control plane. Use `start()`/`stop()` or `with LocalCluster.run():`."""
@@ -118,6 +84,8 @@ class LocalCluster:
     with_kwok: bool = True
     with_controller_manager: bool = True
     profiling: bool = False  # the apiserver's /debug/pprof (the bench reads its CPU profile)
+    _apiserver_args: list[str] = field(default_factory=list, repr=False)
+    _detach: bool = field(default=False, repr=False)
 
     # -- paths ------------------------------------------------------------------------------
     @property
@@ -134,7 +102,29 @@ class LocalCluster:
 
     @property
     def ca_file(self) -> Path:
+        """The CA a client verifies the apiserver with (its self-signed serving certificate)."""
         return self.workdir / "certs" / "apiserver.crt"
+
+    @property
+    def client_ca(self) -> Path:
+        """The CA of client certificates (`--client-ca-file`); its key is `client-ca.key`."""
+        return self.workdir / "pki" / "client-ca.crt"
+
+    @property
+    def client_cert(self) -> Path:
+        """An admin client certificate: CN=admin-cert, O=system:masters."""
+        return self.workdir / "pki" / "admin-cert.crt"
+
+    @property
+    def client_key(self) -> Path:
+        return self.workdir / "pki" / "admin-cert.key"
+
+    def issue_client_cert(
+        self, name: str, user: str, groups: tuple[str, ...] = ()
+    ) -> certs.CertKey:
+        """Another client certificate from the client CA (user = CN, groups = O)."""
+        ca = certs.CertKey(self.client_ca, self.client_ca.with_suffix(".key"))
+        return certs.issue_client_cert(ca, self.workdir / "pki", name, user, groups)
 
     # -- lifecycle --------------------------------------------------------------------------
     @classmethod
@@ -162,8 +152,9 @@ class LocalCluster:
             raise
         return cluster
 
-    def _spawn(self, name: str, args: list[str], detach: bool) -> None:
-        logf = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+    def _spawn(self, name: str, args: list[str], detach: bool, *, append: bool = False) -> None:
+        mode = "ab" if append else "wb"
+        logf = open(self.workdir / f"{name}.log", mode)  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(
             args,
             stdout=logf,
@@ -180,7 +171,10 @@ class LocalCluster:
         t0 = time.monotonic()
         d = self.workdir
         (d / "certs").mkdir()
-        _generate_sa_keys(d)
+        (d / "pki").mkdir()
+        certs.generate_sa_keys(d)
+        client_ca = certs.generate_ca(d / "pki", "client-ca", "vgpu-devcluster-client-ca")
+        self.issue_client_cert("admin-cert", "admin-cert", ("system:masters",))
         (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self.tokens = {name: secrets.token_hex(16) for name in IDENTITIES}
         (d / "tokens.csv").write_text(
@@ -206,30 +200,33 @@ class LocalCluster:
             detach,
         )
         self.server = f"https://127.0.0.1:{api_port}"
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(bins["kube-apiserver"]),
-                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                f"--secure-port={api_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--cert-dir={d / 'certs'}",
-                f"--token-auth-file={d / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                f"--service-account-key-file={d / 'sa.pub'}",
-                f"--service-account-signing-key-file={d / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                f"--audit-policy-file={d / 'audit-policy.yaml'}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=blocking",
-                f"--profiling={'true' if self.profiling else 'false'}",
-            ],
-            detach,
-        )
+        self._apiserver_args = [
+            str(bins["kube-apiserver"]),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            f"--secure-port={api_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--cert-dir={d / 'certs'}",
+            f"--token-auth-file={d / 'tokens.csv'}",
+            f"--client-ca-file={client_ca.cert}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={d / 'sa.pub'}",
+            f"--service-account-signing-key-file={d / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            f"--audit-policy-file={d / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            # On SIGTERM, end open watches within 2 s: unset, the apiserver stopped listening at
+            # once but its process outlived the 20 s STOP_GRACE (measured here), which made
+            # `restart_apiserver` and the teardown slow.
+            "--shutdown-watch-termination-grace-period=2s",
+            f"--profiling={'true' if self.profiling else 'false'}",
+        ]
+        self._detach = detach
+        self._spawn("kube-apiserver", self._apiserver_args, detach)
         self._wait_ready(timeout=90)
         for name in IDENTITIES:
             user = IDENTITIES[name][0]
@@ -283,10 +280,26 @@ class LocalCluster:
                 ],
                 detach,
             )
-        (d / "cluster.json").write_text(
-            json.dumps({"server": self.server, "pids": self.pids, "workdir": str(d)})
-        )
+        self._write_state()
         self.log(f"control plane up in {time.monotonic() - t0:.1f}s: {self.server}")
+
+    def _write_state(self) -> None:
+        (self.workdir / "cluster.json").write_text(
+            json.dumps({"server": self.server, "pids": self.pids, "workdir": str(self.workdir)})
+        )
+
+    def restart_apiserver(self, timeout: float = 90.0) -> None:
+        """Stop kube-apiserver and start it again with the same arguments: the same port,
+        serving certificate (reused from `--cert-dir`), client CA, tokens, ServiceAccount keys,
+        audit log (appended to) and etcd. Returns once it answers /readyz; its clients (kwok,
+        the controller manager, the scheduler) reconnect by themselves."""
+        if not self._apiserver_args:
+            raise ClusterError("the apiserver was not started by this LocalCluster")
+        name = "kube-apiserver"
+        stop_pids({name: self.pids[name]}, {name: self.processes[name]})
+        self._spawn(name, self._apiserver_args, self._detach, append=True)
+        self._wait_ready(timeout=timeout)
+        self._write_state()
 
     def _wait_ready(self, timeout: float) -> None:
         ctx = ssl.create_default_context(cafile=None)

@@ -1,0 +1,81 @@
+"""The operator across a kube-apiserver restart (same port, certificates, tokens and etcd): it
+reconnects by itself, converges the changes made afterwards, and re-reading the cluster makes it
+write nothing a node already carries (the audit log counts one PATCH per node per change)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from tests.cluster.helpers import (
+    ClusterUnderTest,
+    NodeFactory,
+    PolicyFactory,
+    eventually,
+    patch_spec,
+    unique,
+)
+from vgpu_operator import contract
+from vgpu_operator.controller.runner import OperatorThread
+from vgpu_operator.devcluster.install import OPERATOR_USER
+from vgpu_operator.kubeapi import node_path, request
+
+VGPU_LABEL = "volcano.sh/vgpu.enabled"
+
+Check = Callable[[dict[str, str]], bool]
+
+
+def carries(policy: str, **extra: str) -> Check:
+    wanted = {contract.LABEL_POLICY: policy, VGPU_LABEL: "true", **extra}
+    return lambda labels: all(labels.get(k) == v for k, v in wanted.items())
+
+
+async def wait_nodes(api: client.ApiClient, names: list[str], check: Check) -> None:
+    async def all_match() -> bool:
+        nodes = [await request(api, "GET", node_path(n)) for n in names]
+        return all(check(n["metadata"].get("labels") or {}) for n in nodes)
+
+    await eventually(all_match, timeout=30, interval=0.3)
+
+
+async def test_after_an_apiserver_restart_each_change_is_one_patch_per_node(
+    cluster: ClusterUnderTest,
+    operator: OperatorThread,
+    api: client.ApiClient,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    local = cluster.require_audit()
+    pool = unique("pool")
+    nodes = await make_nodes("A30", 2, gpus=1, labels={"test/pool": pool})
+    spec = {"nodeSelector": {"matchLabels": {"test/pool": pool}}, "mode": "hami-core"}
+    policy = await policies("restart", spec)
+    await wait_nodes(api, nodes, carries(policy))
+
+    await asyncio.to_thread(local.restart_apiserver)
+    offset = local.audit_offset()
+    assert local.check_running() == []
+
+    # A change of the policy: one PATCH to each node.
+    labels: dict[str, Any] = {VGPU_LABEL: "true", "restart/after": "1"}
+    await patch_spec(api, policy, {"nodeLabels": labels})
+    await wait_nodes(api, nodes, carries(policy, **{"restart/after": "1"}))
+    # A node joins the pool: Ready again means kwok and the controller manager reconnected.
+    [late] = await make_nodes("A30", 1, gpus=1, labels={"test/pool": pool})
+    await wait_nodes(api, [late], carries(policy, **{"restart/after": "1"}))
+
+    patches = Counter(
+        e["objectRef"]["name"]
+        for e in local.audit_events(user=OPERATOR_USER, offset=offset)
+        if e["verb"] == "patch"
+        and e["objectRef"].get("resource") == "nodes"
+        and not e["objectRef"].get("subresource")
+        and e["objectRef"].get("name") in {*nodes, late}
+        and e["responseStatus"]["code"] < 300
+    )
+    assert patches == {name: 1 for name in [*nodes, late]}
+    assert operator.error is None
