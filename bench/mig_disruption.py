@@ -2,7 +2,11 @@
 
 Both sides run against the same fake nvidia-smi (vgpu_operator.devcluster.fakesmi) on identical
 8 x A100-SXM4-80GB nodes, and both are counted from the fake's call log: GPU resets, GPU and
-compute instances destroyed. Both sides must end with the same instances on every GPU.
+compute instances destroyed. Both sides must end with the same instances on every GPU. Nothing
+else holds the GPUs here, so nvidia-smi switches a GPU's MIG mode at once by resetting that GPU
+itself (MIG user guide: "the driver will attempt to reset the GPU"), counted as a reset; with a
+client holding a GPU the mode stays pending and only then does the `nvidia-smi -r` of either side
+run (the agent's of that GPU, mig-parted's of every GPU).
 
 - agent: `vgpu_operator.agent.apply.reconcile_gpus`, as it runs on a node (MEASURED).
 - mig-parted: MODELLED, not measured. Its `apply` as mig-anchors.md §1.4 documents it, replayed as

@@ -22,6 +22,10 @@ LABEL_POLICY: Final = f"{GROUP}/policy"  # controller: name of the owning policy
 LABEL_MODE: Final = f"{GROUP}/mode"  # controller: hami-core | mig | whole-gpu | ascend-vnpu
 LABEL_STATE: Final = f"{GROUP}/state"  # agent: pending | applying | success | failed | blocked
 LABEL_EXCLUDE: Final = f"{GROUP}/exclude"  # user: "true" keeps the node out of every policy
+# controller: which device plugin must run on the node, `hami` (HAMi's vGPU plugin: hami-core and
+# dynamic MIG) or `ascend` (HAMi's Ascend plugin); absent where none of them belongs (whole-gpu,
+# static MIG: NVIDIA's device plugin serves those). The plugin DaemonSets select on it.
+LABEL_DEVICE_PLUGIN: Final = f"{GROUP}/device-plugin"
 
 # Annotations (JSON payloads).
 ANN_OWNED: Final = f"{GROUP}/owned"  # controller: labels and taints the operator set
@@ -43,6 +47,21 @@ AGENT_FIELD_MANAGER: Final = "vgpu-operator-agent"
 
 Mode = Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
 MODES: Final[tuple[Mode, ...]] = ("hami-core", "mig", "whole-gpu", "ascend-vnpu")
+
+DevicePlugin = Literal["hami", "ascend"]
+DEVICE_PLUGINS: Final[tuple[DevicePlugin, ...]] = ("hami", "ascend")
+
+
+def device_plugin_for(mode: str, partitioning: str | None = None) -> DevicePlugin | None:
+    """The value of `LABEL_DEVICE_PLUGIN` for a node in `mode` (MIG: with `partitioning`,
+    dynamic when unset): HAMi's vGPU plugin serves hami-core and dynamic MIG, HAMi's Ascend plugin
+    ascend-vnpu; whole-gpu and static MIG nodes are NVIDIA's device plugin's."""
+    if mode == "hami-core" or (mode == "mig" and partitioning in (None, "dynamic")):
+        return "hami"
+    if mode == "ascend-vnpu":
+        return "ascend"
+    return None
+
 
 AgentState = Literal["pending", "applying", "success", "failed", "blocked"]
 AGENT_STATES: Final[tuple[AgentState, ...]] = (

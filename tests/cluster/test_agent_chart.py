@@ -26,7 +26,10 @@ def test_daemonset_renders_what_a_gpu_node_agent_needs() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert container["securityContext"]["privileged"] is True
-    assert pod["hostPID"] is False
+    assert pod["hostPID"] is True  # every compute process on the GPUs is visible
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "persistenced"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "persistenced"]
+    assert mount["mountPath"] == volume["hostPath"]["path"] == "/run/nvidia-persistenced"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["serviceAccountName"] == "vgpu-operator-agent"
     assert {"key": "volcano.sh/vgpu", "operator": "Exists", "effect": "NoSchedule"} in pod[

@@ -31,6 +31,7 @@ from tests.cluster.volcano_ops import (
 )
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.snapshot import workload_path
+from vgpu_operator.core.rules import RULES
 
 __all__ = ["volcano_env"]
 
@@ -49,7 +50,7 @@ async def test_doctor_on_a_consistent_cluster_exits_0(
     assert code == 0, (report["findings"], err)
     assert report["summary"]["error"] == report["summary"]["warning"] == 0
     assert {r["status"] for r in report["rules"]} <= {"ok", "info"}
-    assert len(report["rules"]) == 23
+    assert len(report["rules"]) == len(RULES)
 
 
 ALL_BUT_VERSION_PAIRS = {

@@ -52,10 +52,6 @@ def hami(group: str, **extra: object) -> dict[str, object]:
     return {"nodeSelector": {"matchLabels": {"test/group": group}}, "mode": "hami-core", **extra}
 
 
-def mig(group: str) -> dict[str, object]:
-    return {"nodeSelector": {"matchLabels": {"test/group": group}}, "mode": "mig"}
-
-
 async def steady(env: VolcanoEnv, managed: list[str], timeout: float = 90) -> None:
     """The `managed` nodes have their node-config entries, pods are running and registered, and
     nothing is left to render or restart."""
@@ -67,10 +63,16 @@ async def steady(env: VolcanoEnv, managed: list[str], timeout: float = 90) -> No
     await eventually(rendered, timeout=timeout, interval=0.3)
     await env.wait_running(timeout=timeout)
 
-    async def clean() -> bool:
-        return not [f for f in await env.findings() if f.id in STEADY_RULES]
+    left: list[str] = []
 
-    await eventually(clean, timeout=timeout, interval=0.5)
+    async def clean() -> bool:
+        left[:] = [f"{f.id}: {f.message}" for f in await env.findings() if f.id in STEADY_RULES]
+        return not left
+
+    try:
+        await eventually(clean, timeout=timeout, interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left: {left}") from None
     await env.wait_running(timeout=timeout)
 
 
@@ -122,7 +124,10 @@ async def test_device_config_change_restarts_scheduler_and_plugins_once(
         stranded_checks=(2.0, 6.0),
     )
     pool = await policies("hami", hami(g_hami))
-    await steady(env, rtx)
+    # The H100 and H200 start in hami-core pools: the operator places the plugin on the nodes
+    # its policies serve, so every node has its plugin pod before the change below.
+    p_h100, p_h200 = await policies("h100", hami(g_h100)), await policies("h200", hami(g_h200))
+    await steady(env, [*rtx, h100, h200])
 
     # Unrelated changes: a policy edit that changes no rendered entry (labels), a ConfigMap
     # nobody reads once, a label on a node. Nothing is replaced.
@@ -147,15 +152,15 @@ async def test_device_config_change_restarts_scheduler_and_plugins_once(
     assert pods_created(local, offset, PLUGIN_NS) == pods_created(local, offset, SCHED_NS) == 0
     await kubeapi.request(api, "DELETE", unrelated)
 
-    # Positive, in the same cluster: three policy changes at once. Two MIG pools of models
-    # knownMigGeometries does not have yet (the device config changes) and a new split count
-    # for the hami-core pool (two node entries change).
+    # Positive, in the same cluster: three policy changes at once. Two pools turn to MIG, of
+    # models knownMigGeometries does not have yet (the device config changes), and a new split
+    # count for the hami-core pool (two node entries change).
     offset = local.audit_offset()
     assert op.controller.volcano is not None
     passes, done_before = op.controller.volcano.passes, len(op.controller.volcano.restarted)
     await asyncio.gather(
-        policies("h100", mig(g_h100)),
-        policies("h200", mig(g_h200)),
+        patch_policy(api, p_h100, {"mode": "mig"}),
+        patch_policy(api, p_h200, {"mode": "mig"}),
         patch_policy(api, pool, {"hamiCore": {"deviceSplitCount": 5}}),
     )
 

@@ -31,11 +31,13 @@ from vgpu_operator.controller.snapshot import (
 )
 from vgpu_operator.core.render import render_device_config, render_node_config
 from vgpu_operator.core.rules import ClusterSnapshot, Finding, run_rules
+from vgpu_operator.core.rules.placement import reaches
 from vgpu_operator.core.status import timestamp
 from vgpu_operator.devcluster.pluginsim import PluginSimulator
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig, Owned
 from vgpu_operator.models.policy import Taint
+from vgpu_operator.models.volcano_views import workload_view
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "volcano" / "fixtures"
 SCHED_NS, PLUGIN_NS = "volcano-system", "kube-system"
@@ -78,7 +80,9 @@ def managed_node(released: NodeConfig) -> dict[str, Any]:
         contract.LABEL_MODE: released.mode,
         **contract.DEFAULT_NODE_LABELS,
     }
-    owned = Owned(labels=labels, taints=[Taint.model_validate(POLICY_TAINT)])
+    owned = Owned(labels=dict(labels), taints=[Taint.model_validate(POLICY_TAINT)])
+    if released.device_plugin is not None:
+        labels[contract.LABEL_DEVICE_PLUGIN] = released.device_plugin
     return {
         "labels": labels,
         "taints": [POLICY_TAINT],
@@ -202,10 +206,14 @@ class VolcanoEnv:
         )
 
     def plugin_daemonset(self, source: str = "manifest_plugin_daemonset.yaml") -> dict[str, Any]:
+        """The plugin DaemonSet on the pool's GPU nodes; when every node is managed already,
+        placed as the operator places it (on the nodes labelled for HAMi's plugin)."""
         ds = fixture(source)
         ds["metadata"]["namespace"] = PLUGIN_NS
         spec = ds["spec"]["template"]["spec"]
         spec["nodeSelector"] = {"test/pool": self.pool, "nvidia.com/gpu.present": "true"}
+        if self.nodes and all(r is not None for r in self.nodes.values()):
+            spec["nodeSelector"][contract.LABEL_DEVICE_PLUGIN] = "hami"
         tolerations = spec.setdefault("tolerations", [])
         if not any(t.get("key") == "volcano.sh/vgpu" for t in tolerations):
             tolerations.append(
@@ -331,12 +339,26 @@ class VolcanoEnv:
     async def scheduler_pods(self) -> set[str]:
         return {p["metadata"]["uid"] for p in await self.pods(SCHED_NS, "app=volcano-scheduler")}
 
+    async def placed_nodes(self) -> set[str]:
+        """The pool's GPU nodes the plugin DaemonSet places a pod on now (its nodeSelector,
+        affinity and tolerations, which the operator may have changed)."""
+        ds = await kubeapi.request(
+            self.api, "GET", workload_path("DaemonSet", PLUGIN_NS, PLUGIN_DS)
+        )
+        view = workload_view(ds)
+        out = set()
+        for name in self.nodes:
+            node = await kubeapi.request(self.api, "GET", kubeapi.node_path(name))
+            if reaches(view, node):
+                out.add(name)
+        return out
+
     async def wait_running(self, timeout: float = 90) -> None:
-        """Every GPU node of the pool has one Running plugin pod the simulator registered, and
-        the scheduler runs."""
-        gpu_nodes = {n for n in self.nodes}
+        """Every GPU node of the pool the plugin DaemonSet places a pod on has one Running plugin
+        pod the simulator registered, and the scheduler runs."""
 
         async def running() -> bool:
+            gpu_nodes = await self.placed_nodes()
             pods = await self.pods(PLUGIN_NS, f"name={PLUGIN_DS}", live=False)
             live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
             mine = {p["spec"].get("nodeName"): p for p in live}

@@ -2,14 +2,19 @@
 verify, and return a terminal Outcome: `success`, `failed` (with a reason) or `blocked` (with the
 processes). Every path, errors and timeouts included, ends in one of the three.
 
-- A mode change on one GPU resets only that GPU, and only when the mode stays pending (Ampere;
-  Hopper switches at once). If it is still pending after the reset, or the GPU cannot be reset
-  (passthrough), the GPU fails with the reason `reboot required` (mig-anchors.md §1.6, §4.5).
+- A mode change on one GPU resets only that GPU, and only when the mode stays pending on Ampere
+  (nvidia-smi switches an idle GPU at once). If it is still pending after the reset, or the GPU
+  cannot be reset (passthrough), the GPU fails with the reason `reboot required` (mig-anchors.md
+  §1.6, §4.5). Hopper and later are never reset for a mode change: a reset or reboot clears their
+  MIG mode; a pending one means a client holds the GPU (`held by another client`).
+- Two phases (core.mig): GPUs whose driver listed no profiles while MIG was off get their mode
+  first; the profiles are then read again and their instances planned and applied.
 - Before a reset and when the driver refuses a destroy as "in use", running compute processes are
   looked up again: the GPU is `blocked` with them, nothing is destroyed (the plan already blocks
   GPUs that had processes when it was made).
 - Success is reported only from a read-back that matches (core.mig_verify), never from a write.
-- A timeout stops the run: a hung nvidia-smi would only hang again.
+- A timeout stops the run: a hung nvidia-smi would only hang again. A call that cannot even be
+  ended (agent.smi) marks its GPU unhealthy in the inventory, with the reason `GPU unhealthy`.
 
 No Kubernetes here: the agent's loop (a thin shell) reads the released configuration, calls
 `reconcile_gpus`, and writes the inventory annotation, the state label and Events from the Outcome.
@@ -25,8 +30,8 @@ from typing import Literal
 from vgpu_operator.agent.observe import observe, processes_on, read_back
 from vgpu_operator.agent.parse import SmiErrorKind
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
-from vgpu_operator.core.mig import GpuPlan, Step, StepKind, plan_node
-from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES
+from vgpu_operator.core.mig import GpuPlan, LayoutError, Step, StepKind, plan_node
+from vgpu_operator.core.mig_catalog import arch_for_name
 from vgpu_operator.core.mig_verify import verify, verify_gpu
 from vgpu_operator.models.inventory import GpuInfo, Inventory, ProcessInfo
 from vgpu_operator.models.node import NodeConfig
@@ -43,8 +48,11 @@ class Reason(StrEnum):
     IN_USE = "GPU in use"
     REBOOT_REQUIRED = "reboot required"
     RESET_REFUSED = "reset refused"
+    HELD = "held by another client"
     INSUFFICIENT = "insufficient resources"
     TIMEOUT = "timeout"
+    UNHEALTHY = "GPU unhealthy"
+    MIG_MANAGER = "another MIG manager"
     VERIFY = "verification failed"
     SMI = "nvidia-smi error"
     OBSERVE = "cannot read the GPUs"
@@ -96,6 +104,7 @@ class _Stop(Exception):
 
 _KIND_REASON = {
     SmiErrorKind.TIMEOUT: Reason.TIMEOUT,
+    SmiErrorKind.UNHEALTHY: Reason.UNHEALTHY,
     SmiErrorKind.INSUFFICIENT_RESOURCES: Reason.INSUFFICIENT,
     SmiErrorKind.IN_USE: Reason.IN_USE,
     SmiErrorKind.RESET_NOT_SUPPORTED: Reason.REBOOT_REQUIRED,
@@ -135,32 +144,71 @@ async def _reconcile(
     try:
         inv = await observe(driver)
     except SmiError as e:
-        return Outcome(
-            "failed", _reason(e) if e.kind == SmiErrorKind.TIMEOUT else Reason.OBSERVE, str(e)
-        )
+        return Outcome("failed", _observe_reason(e), str(e))
     plan = plan_node(inv, desired, previous)
     if plan.errors:
-        capable = all("not MIG-capable" in e.message for e in plan.errors)
-        reason = Reason.NOT_MIG_CAPABLE if capable else Reason.INVALID
-        message = "; ".join(str(e) for e in plan.errors)
-        return Outcome(
-            "failed", reason, message, inventory=inv.model_copy(update={"applied": previous})
-        )
+        return _invalid(plan.errors, inv, previous)
     if desired is None:
         kept = inv.model_copy(update={"applied": previous})
         return Outcome("success", Reason.NO_CONFIG, "; ".join(plan.notes), inventory=kept)
-    results: list[GpuOutcome] = []
+    results: dict[int, GpuOutcome] = {}
     final = {g.index: g for g in inv.gpus}
-    for gp in plan.gpus:
-        gpu = final[gp.index]
-        result, back = await _apply_gpu(driver, gpu, gp, on_step)
-        results.append(result)
-        if back is not None:
-            final[gp.index] = back
-        if result.reason == Reason.TIMEOUT:
+    todo = {gp.index for gp in plan.gpus}
+    for phase in (1, 2):
+        for gp in plan.gpus:
+            if gp.index not in todo:
+                continue
+            result, back = await _apply_gpu(driver, final[gp.index], gp, on_step)
+            if gp.index in results:  # the second phase of this GPU: count both phases' steps
+                steps = results[gp.index].steps_done + result.steps_done
+                result = replace(result, steps_done=steps)
+            results[gp.index] = result
+            if back is not None:
+                final[gp.index] = back
+            if result.reason in _STUCK:
+                break
+        # Phase 2: GPUs whose MIG mode went on before the driver listed their profiles.
+        todo = {
+            gp.index for gp in plan.gpus if gp.deferred and results[gp.index].state == "success"
+        }
+        if phase == 2 or not todo or any(r.reason in _STUCK for r in results.values()):
+            break
+        try:
+            inv = await observe(driver)  # the profiles, read again now that MIG is on
+        except SmiError as e:
+            for i in todo:
+                results[i] = GpuOutcome(i, "failed", _observe_reason(e), f"GPU {i}: {e}")
+            break
+        final.update({g.index: g for g in inv.gpus if g.index in todo})
+        plan = plan_node(inv, desired, previous)
+        if plan.errors:
+            message = "; ".join(str(e) for e in plan.errors)
+            for i in todo:
+                results[i] = GpuOutcome(i, "failed", Reason.INVALID, message)
             break
     observed = inv.model_copy(update={"gpus": [final[i] for i in sorted(final)]})
-    return _finish(observed, desired, previous, results)
+    return _finish(observed, desired, previous, [results[i] for i in sorted(results)])
+
+
+def _observe_reason(e: SmiError) -> Reason:
+    return (
+        _reason(e) if e.kind in (SmiErrorKind.TIMEOUT, SmiErrorKind.UNHEALTHY) else Reason.OBSERVE
+    )
+
+
+def _invalid(
+    errors: tuple[LayoutError, ...], inv: Inventory, previous: NodeConfig | None
+) -> Outcome:
+    capable = all("not MIG-capable" in e.message for e in errors)
+    reason = Reason.NOT_MIG_CAPABLE if capable else Reason.INVALID
+    message = "; ".join(str(e) for e in errors)
+    return Outcome(
+        "failed", reason, message, inventory=inv.model_copy(update={"applied": previous})
+    )
+
+
+# A GPU that did not answer: nothing more is asked of nvidia-smi in this run.
+_STUCK = frozenset({Reason.TIMEOUT, Reason.UNHEALTHY})
 
 
 def _finish(
@@ -179,8 +227,13 @@ def _finish(
     failed = [r for r in results if r.state == "failed"]
     blocked = [r for r in results if r.state == "blocked"]
     applied = desired if not failed and not blocked else previous
-    # after a timeout the GPU that hung is in an unknown state: report no inventory
+    # After a timeout the GPU that hung is in an unknown state: no inventory is reported. A call
+    # that could not even be ended marks its GPU unhealthy in the inventory (the rest as read).
     timed_out = any(r.reason == Reason.TIMEOUT for r in results)
+    stuck = {r.index: r.message for r in results if r.reason == Reason.UNHEALTHY}
+    if stuck:
+        gpus = [g.model_copy(update={"unhealthy": stuck.get(g.index)}) for g in final.gpus]
+        final = final.model_copy(update={"gpus": gpus})
     inventory = None if timed_out else final.model_copy(update={"applied": applied})
     if failed:
         message = "; ".join(r.message for r in failed + blocked)
@@ -193,8 +246,16 @@ def _finish(
     return Outcome("success", reason, message, tuple(results), inventory, steps)
 
 
+def _process_label(p: ProcessInfo) -> str:
+    """`train.py (pid 42)`; a process whose name nvidia-smi could not resolve (`[Not Found]`: it
+    runs in another PID namespace than the caller) as `compute process, host pid 42`."""
+    if not p.name or p.name == "[Not Found]":
+        return f"compute process, host pid {p.pid}"
+    return f"{p.name} (pid {p.pid})"
+
+
 def _blocked_message(index: int, procs: tuple[ProcessInfo, ...] | list[ProcessInfo]) -> str:
-    names = ", ".join(f"{p.name or '?'} (pid {p.pid})" for p in procs)
+    names = ", ".join(_process_label(p) for p in procs)
     return f"GPU {index} has running compute processes: {names}; nothing was changed on it"
 
 
@@ -223,13 +284,15 @@ async def _apply_gpu(
         outcome = GpuOutcome(i, "failed", _reason(e), f"GPU {i}: {e}", done)
     else:
         outcome = GpuOutcome(i, "success", Reason.APPLIED, f"GPU {i}: {done} step(s) applied", done)
-    if outcome.reason == Reason.TIMEOUT:
+    if outcome.reason in _STUCK:
         return outcome, None
     try:
         back = await read_back(driver, gpu)
     except SmiError as e:
         return GpuOutcome(i, "failed", _reason(e), f"GPU {i}: read-back failed: {e}", done), None
-    differences = verify_gpu(gp.target, back)
+    # a deferred GPU's instances come in the second phase: here only its mode is checked
+    target = replace(gp.target, profiles=None) if gp.deferred else gp.target
+    differences = verify_gpu(target, back)
     if outcome.state == "success" and differences:
         message = "; ".join(map(str, differences))
         return GpuOutcome(i, "failed", Reason.VERIFY, message, done), back
@@ -256,15 +319,28 @@ async def _run_step(driver: NvidiaSmi, gpu: GpuInfo, step: Step) -> None:
                 if not created:
                     raise _Stop("failed", Reason.SMI, f"GPU {i}: nvidia-smi created no instance")
             case StepKind.CREATE_CI:
-                assert step.gi is not None and step.profile is not None
-                slices = int(step.profile.split("g.", 1)[0])
-                await driver.create_ci(i, step.gi, CI_PROFILE_BY_SLICES[slices])
+                assert step.gi is not None
+                await driver.create_ci(i, step.gi, await _default_ci(driver, i, step.gi))
     except SmiError as e:
         if e.kind == SmiErrorKind.IN_USE:
             procs = await _processes(driver, gpu)
             if procs:
                 raise _Stop("blocked", Reason.IN_USE, _blocked_message(i, procs), procs) from e
         raise
+
+
+async def _default_ci(driver: NvidiaSmi, index: int, gi: int) -> int:
+    """The compute-instance profile `-C` would create in GPU instance `gi`: the one `mig -lcip`
+    marks `*` (not one derived from the slice count: Hopper's 1g.20gb takes 7, not 0)."""
+    listed = [p for p in await driver.list_ci_profiles(index, gi) if p.gi == gi]
+    for p in listed:
+        if p.default:
+            return p.id
+    raise _Stop(
+        "failed",
+        Reason.SMI,
+        f"GPU {index}: nvidia-smi lists no default compute-instance profile for GPU instance {gi}",
+    )
 
 
 async def _processes(driver: NvidiaSmi, gpu: GpuInfo) -> list[ProcessInfo]:
@@ -279,7 +355,7 @@ async def _mode(driver: NvidiaSmi, index: int) -> tuple[bool | None, bool | None
 
 
 async def _set_mode(driver: NvidiaSmi, gpu: GpuInfo, enable: bool) -> None:
-    i = gpu.index
+    i, word = gpu.index, "enable" if enable else "disable"
     await driver.set_mig_mode(i, enable)
     current, pending = await _mode(driver, i)
     if current == enable and pending == enable:
@@ -287,6 +363,21 @@ async def _set_mode(driver: NvidiaSmi, gpu: GpuInfo, enable: bool) -> None:
     if pending != enable:
         raise _Stop(
             "failed", Reason.SMI, f"GPU {i}: nvidia-smi did not accept MIG mode {int(enable)}"
+        )
+    if arch_for_name(gpu.name) != "ampere":
+        # Hopper and later switch without a reset unless a client holds the GPU, and a reset (or
+        # a reboot) would clear MIG mode instead of applying it: nothing to reset here.
+        procs = await _processes(driver, gpu)
+        if procs:
+            raise _Stop("blocked", Reason.IN_USE, _blocked_message(i, procs), procs)
+        raise _Stop(
+            "failed",
+            Reason.HELD,
+            f"GPU {i}: MIG mode is pending {word}: another client holds the GPU "
+            f"(nvidia-persistenced, DCGM, a monitoring agent?). A reset or a reboot clears MIG "
+            f"mode on this GPU ({gpu.name}) rather than applying it, so the agent does not reset "
+            f"it: stop the client; the agent retries (and turns MIG on again after any reset "
+            f"or reboot)",
         )
     await _reset(driver, gpu, enable)
 
@@ -305,14 +396,15 @@ async def _reset(driver: NvidiaSmi, gpu: GpuInfo, want: bool) -> None:
                 "failed",
                 Reason.REBOOT_REQUIRED,
                 f"GPU {i}: MIG mode is pending {word} and the GPU cannot be reset here "
-                f"(reset not supported, e.g. GPU passthrough); reboot the node to apply it",
+                f"(reset not supported, e.g. GPU passthrough); {_after_reboot(gpu, want)}",
             ) from e
         if e.kind == SmiErrorKind.IN_USE:
             raise _Stop(
                 "failed",
                 Reason.RESET_REFUSED,
                 f"GPU {i}: reset refused, in use by another client (nvidia-persistenced, DCGM, "
-                f"a monitoring agent?); stop it or reboot the node to apply MIG mode {word}",
+                f"a monitoring agent, or the nvidia_drm module?); stop it, or "
+                f"{_after_reboot(gpu, want)}",
             ) from e
         raise
     current, _ = await _mode(driver, i)
@@ -320,5 +412,17 @@ async def _reset(driver: NvidiaSmi, gpu: GpuInfo, want: bool) -> None:
         raise _Stop(
             "failed",
             Reason.REBOOT_REQUIRED,
-            f"GPU {i}: MIG mode is still pending {word} after the reset; reboot the node",
+            f"GPU {i}: MIG mode is still pending {word} after the reset; "
+            f"{_after_reboot(gpu, want)}",
         )
+
+
+def _after_reboot(gpu: GpuInfo, want: bool) -> str:
+    """What a reboot does for a pending MIG mode: Ampere keeps the pending mode and applies it
+    at boot; Hopper and later come up with MIG off (the agent turns it on again)."""
+    if arch_for_name(gpu.name) == "ampere" or not want:
+        return f"reboot the node to apply MIG mode {'enable' if want else 'disable'}"
+    return (
+        f"a reboot turns MIG mode off on this GPU ({gpu.name}); the agent turns it on "
+        f"again when the node is back"
+    )

@@ -7,7 +7,9 @@
 - what to write: `applying` only when the plan changes the hardware; then one PATCH with the
   terminal state and the inventory, and none when the node already says both;
 - which Event to post: on a hardware change, a state change, or a failure not reported yet by
-  this process; never one per resync.
+  this process; never one per resync;
+- whether another MIG manager owns the node: the GPU Operator's mig-manager, configured by the
+  node's labels (one MIG manager per GPU: the agent then applies no static layout there).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from pydantic import ValidationError
 from vgpu_operator import contract
 from vgpu_operator.agent.apply import Outcome
 from vgpu_operator.models.inventory import Inventory
-from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.models.node import (
+    GPU_OPERATOR_MIG_CONFIG_LABEL,
+    GPU_OPERATOR_MIG_MANAGER_LABEL,
+    NodeConfig,
+)
 
 COMPONENT = "vgpu-operator-agent"
 APPLYING = "applying"
@@ -37,6 +43,7 @@ class NodeView:
     state: str | None = None  # the state label
     config_text: str | None = None  # the released configuration, verbatim
     inventory_text: str | None = None  # the inventory the agent reported last, verbatim
+    mig_manager: str | None = None  # the GPU Operator's mig-manager, when configured here
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -50,6 +57,47 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         state=labels.get(contract.LABEL_STATE),
         config_text=annotations.get(contract.ANN_CONFIG) or None,
         inventory_text=annotations.get(contract.ANN_INVENTORY) or None,
+        mig_manager=gpu_operator_mig_manager(labels),
+    )
+
+
+def gpu_operator_mig_manager(labels: Mapping[str, str]) -> str | None:
+    """How the GPU Operator's mig-manager is configured on a node, or None when it is not.
+
+    Its DaemonSet runs where `nvidia.com/gpu.deploy.mig-manager` is `true` and applies the config
+    `nvidia.com/mig.config` names. `false` (a policy's disableNvidiaMigManager) means it is not
+    deployed here, whatever `mig.config` still says (the GPU Operator labels MIG-capable nodes
+    `all-disabled` by default); any other value, or a `mig.config` without the deploy label,
+    counts as configured. Labels only: the agent reads no Pods."""
+    deploy = labels.get(GPU_OPERATOR_MIG_MANAGER_LABEL)
+    config = labels.get(GPU_OPERATOR_MIG_CONFIG_LABEL)
+    if deploy == "false" or (deploy is None and config is None):
+        return None
+    said = [
+        f"{k}={v}"
+        for k, v in (
+            (GPU_OPERATOR_MIG_MANAGER_LABEL, deploy),
+            (GPU_OPERATOR_MIG_CONFIG_LABEL, config),
+        )
+        if v is not None
+    ]
+    return ", ".join(said)
+
+
+def mig_manager_block(view: NodeView, released: Released) -> str | None:
+    """Why the agent applies nothing to this node, or None: a static MIG layout is released and
+    the GPU Operator's mig-manager is configured here, which would apply its own layout (two MIG
+    managers on one GPU destroy each other's instances)."""
+    config = released.config
+    if view.mig_manager is None or config is None or config.mode != "mig":
+        return None
+    if config.mig is None or config.mig.partitioning != "static":
+        return None
+    return (
+        f"the GPU Operator's mig-manager is configured on this node ({view.mig_manager}) and "
+        "owns its MIG layout, so the agent applies no static layout here (one MIG manager per "
+        "GPU). Fix: set disableNvidiaMigManager: true on the node's policy (it labels the node "
+        f"{GPU_OPERATOR_MIG_MANAGER_LABEL}=false), or remove the GPU Operator's MIG labels"
     )
 
 

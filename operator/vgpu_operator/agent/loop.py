@@ -167,6 +167,9 @@ class Agent:
         if rel.error is not None:
             seen = await reconcile_gpus(self.driver, None, previous)  # reads, changes nothing
             return replace(seen, state="failed", reason=Reason.INVALID, message=rel.error)
+        if (why := decide.mig_manager_block(view, rel)) is not None:
+            seen = await reconcile_gpus(self.driver, None, previous)  # reads, changes nothing
+            return replace(seen, state="blocked", reason=Reason.MIG_MANAGER, message=why)
         patch = decide.applying_patch(view)  # None when a killed agent left `applying`
         if patch is not None and await self._changes_hardware(rel.config, previous):
             await self._patch(patch)

@@ -4,7 +4,8 @@ Calls: one `--query-gpu`, one `--query-compute-apps`, and, when a GPU is MIG-cap
 `mig -lgip` and one `mig -lgipp` for the node; per GPU whose MIG mode is on, `mig -i N -lgi` and
 `mig -i N -lci`. After an apply, `read_back` reads one GPU's mode and instances again.
 Profiles come from the driver; when it lists none (drivers up to 535 with MIG
-off, mig-anchors.md §1.6) they come from core.mig_catalog and are marked `catalog`.
+off, mig-anchors.md §1.6) they come from core.mig_catalog and are marked `catalog`: the planner
+then only turns MIG on and plans the instances from the driver's listing read afterwards.
 """
 
 from __future__ import annotations

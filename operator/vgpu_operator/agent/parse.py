@@ -35,14 +35,25 @@ class SmiErrorKind(StrEnum):
     NOT_MIG_CAPABLE = "not MIG-capable"
     NOT_FOUND = "not found"
     TIMEOUT = "timeout"
+    UNHEALTHY = "could not be ended"  # a call still running after its kill: the GPU is stuck
     OTHER = "other"
+
+
+# "in use" as drivers word it: "In use by another client" (ref §3.5, §3.7), "... is currently
+# being used by one or more other processes" (ref §3.1), "GPU 00000000:C1:00.0 is currently in
+# use by another process." (`--gpu-reset` in NVIDIA/gpu-operator#118) and "Unable to reset GPU
+# ... because it's being used by some other process" (older drivers, public captures).
+_IN_USE = re.compile(
+    r"In use by another client|currently being used by one or more"
+    r"|is currently in use by another process|being used by some other process"
+)
 
 
 def classify(output: str) -> SmiErrorKind:
     """The class of an nvidia-smi error message (texts quoted in ref §3.1, §3.5, §3.7)."""
     if re.search(r"Resetting GPU \S+ is not supported", output):
         return SmiErrorKind.RESET_NOT_SUPPORTED
-    if "In use by another client" in output or "currently being used by one or more" in output:
+    if _IN_USE.search(output):
         return SmiErrorKind.IN_USE
     if re.search(r"pending (enable|disable) state|Reboot the system|Reset required", output):
         return SmiErrorKind.PENDING_REBOOT
@@ -277,4 +288,44 @@ def parse_lci(text: str) -> list[CiRow]:
             start = int(g[5]) if g[5] is not None else None
             size = int(g[6]) if g[6] is not None else None
             out.append(CiRow(int(g[0]), int(g[1]), g[2], int(g[3]), int(g[4]), start, size))
+    return out
+
+
+_LCIP_ROW = re.compile(
+    r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)(\*?)\s+(\d+)/(\d+)"
+    r"\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|$"
+)
+
+
+@dataclass(frozen=True)
+class CiProfileRow:
+    gpu: int
+    gi: int
+    name: str  # "1c.3g.20gb", or the GI's own name for a profile spanning it
+    id: int  # compute-instance profile ID, what `-cci` takes
+    default: bool  # marked `*`: what `-C` and a bare `-cci` create
+    free: int
+    total: int
+
+
+def parse_lcip(text: str) -> list[CiProfileRow]:
+    """`nvidia-smi mig [-i N] [-gi G] -lcip`: per GPU instance, its compute-instance profiles
+    (`|   0      1       MIG 3g.20gb          2*     0/1   ...`, ref §3.6 and public listings);
+    the second line of each profile (CE, JPEG) has no row shape of its own and is skipped."""
+    out = []
+    for line in text.splitlines():
+        m = _LCIP_ROW.match(line.rstrip())
+        if m:
+            g = m.groups()
+            out.append(
+                CiProfileRow(
+                    gpu=int(g[0]),
+                    gi=int(g[1]),
+                    name=g[2],
+                    id=int(g[3]),
+                    default=g[4] == "*",
+                    free=int(g[5]),
+                    total=int(g[6]),
+                )
+            )
     return out

@@ -52,13 +52,19 @@ class ResetResult:
 
 def parse_reset(text: str) -> list[ResetResult]:
     """`nvidia-smi -i N -r`: success, `not supported`, or the list of GPUs that could not be
-    reset with the reason (ref §3.1)."""
+    reset with the reason (ref §3.1), also in older drivers' wordings: "GPU <bus> is currently in
+    use by another process." (NVIDIA/gpu-operator#118) and "Unable to reset GPU <bus> because
+    it's being used by some other process ..." (public captures)."""
     out = []
     refused = False
     for raw in text.splitlines():
         line = raw.strip()
         if m := re.match(rf"^GPU ({_BUS}) was successfully reset\.$", line):
             out.append(ResetResult(m.group(1), ok=True))
+        elif m := re.match(rf"^GPU ({_BUS}) is currently in use by another process\.$", line):
+            out.append(ResetResult(m.group(1), ok=False, reason="In use by another process"))
+        elif m := re.match(rf"^Unable to reset GPU ({_BUS}) because (.+?)(?: \(|\.|$)", line):
+            out.append(ResetResult(m.group(1), ok=False, reason=m.group(2).strip()))
         elif m := re.match(rf"^Resetting GPU ({_BUS}) is not supported\.$", line):
             out.append(ResetResult(m.group(1), ok=False, reason="Not Supported"))
         elif line.startswith("The following GPUs could not be reset"):

@@ -8,6 +8,14 @@ Placement syntax: `-cgi <profile>:<start>` is nvidia-smi's "profile tuple ... op
 specifier, which consists of a colon and a placement start index" (`nvidia-smi mig -h`, as quoted
 in public wrappers; not in mig-anchors.md). The placement is a request; the agent reads back what
 the driver did.
+
+Every call ends within a bound, the kill included. Each runs in a process group of its own; after
+its timeout the whole group is killed (a helper it started dies with it) and the agent waits at
+most `kill_grace` seconds more for the process to end and its output pipes to close, never
+without a bound. A call that is still not over then (stuck in the driver, e.g. after an Xid 79;
+or a descendant outside the group still holding the pipe) is abandoned: it raises
+`SmiErrorKind.UNHEALTHY`, and until it is over every further call fails at once with the same
+kind instead of starting another nvidia-smi that would hang too.
 """
 
 from __future__ import annotations
@@ -15,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vgpu_operator.agent.parse import (
     COMPUTE_APPS_FIELDS,
     QUERY_GPU_FIELDS,
+    CiProfileRow,
     CiRow,
     GiRow,
     GpuRow,
@@ -32,6 +42,7 @@ from vgpu_operator.agent.parse import (
     parse_compute_apps,
     parse_gpus,
     parse_lci,
+    parse_lcip,
     parse_lgi,
     parse_lgip,
     parse_lgipp,
@@ -50,6 +61,7 @@ from vgpu_operator.agent.parse_actions import (
 ENV_BINARY = "VGPU_NVIDIA_SMI"
 DEFAULT_BINARY = "nvidia-smi"
 DEFAULT_TIMEOUT = 60.0
+KILL_GRACE = 5.0  # seconds a killed call gets to end, its output pipes included
 
 
 @dataclass(frozen=True)
@@ -85,14 +97,32 @@ class NvidiaSmi:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         env: Mapping[str, str] | None = None,
+        kill_grace: float = KILL_GRACE,
     ) -> None:
         self.binary = binary or os.environ.get(ENV_BINARY) or DEFAULT_BINARY
         self.timeout = timeout
+        self.kill_grace = kill_grace
         self.env = {**os.environ, **env} if env is not None else None
         self.calls = 0
+        # calls that could not be ended: (what was run, its output being read to the end)
+        self._stuck: list[tuple[str, asyncio.Future[tuple[bytes, bytes]]]] = []
+
+    @property
+    def stuck(self) -> list[str]:
+        """The calls still running after their kill (empty once they are over)."""
+        self._stuck = [(what, io) for what, io in self._stuck if not _over(io)]
+        return [what for what, _ in self._stuck]
 
     async def run(self, *args: str, timeout: float | None = None, check: bool = True) -> SmiResult:
         argv = (self.binary, *args)
+        if stuck := self.stuck:
+            raise SmiError(
+                SmiErrorKind.UNHEALTHY,
+                argv,
+                None,
+                f"not run: an earlier call could not be ended and still runs ({stuck[0]}); the "
+                "GPU or its driver is stuck (check dmesg for Xid errors; a reboot ends it)",
+            )
         self.calls += 1
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -101,25 +131,53 @@ class NvidiaSmi:
                 stderr=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
                 env=self.env,
+                start_new_session=True,  # its own process group: the kill reaches its children
             )
         except OSError as e:
             raise SmiError(SmiErrorKind.OTHER, argv, None, f"cannot run {self.binary}: {e}") from e
+        io = asyncio.ensure_future(proc.communicate())
+        limit = timeout or self.timeout
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout or self.timeout)
-        except (TimeoutError, asyncio.CancelledError) as e:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            limit = timeout or self.timeout
-            raise SmiError(SmiErrorKind.TIMEOUT, argv, None, f"no answer in {limit:g}s") from e
+            done, _ = await asyncio.wait({io}, timeout=limit)
+        except asyncio.CancelledError:
+            await self._end(proc, io, argv)
+            raise
+        if not done:
+            if not await self._end(proc, io, argv):
+                raise SmiError(
+                    SmiErrorKind.UNHEALTHY,
+                    argv,
+                    None,
+                    f"no answer in {limit:g}s, and not over {self.kill_grace:g}s after it was "
+                    f"killed (pid {proc.pid}): stuck in the driver",
+                )
+            raise SmiError(SmiErrorKind.TIMEOUT, argv, None, f"no answer in {limit:g}s")
+        out, err = io.result()
         result = SmiResult(
             argv, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
         )
         if check and result.rc != 0:
             raise SmiError(classify(result.output), argv, result.rc, result.output)
         return result
+
+    async def _end(
+        self,
+        proc: asyncio.subprocess.Process,
+        io: asyncio.Future[tuple[bytes, bytes]],
+        argv: tuple[str, ...],
+    ) -> bool:
+        """Kill the call's process group; wait at most `kill_grace` for the process to end and
+        its pipes to close. False (and the call is remembered as stuck) when it did not."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        done, _ = await asyncio.wait({io}, timeout=self.kill_grace)
+        if done:
+            _over(io)
+            return True
+        self._stuck.append((f"`{' '.join(argv)}`, pid {proc.pid}", io))
+        return False
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -144,6 +202,11 @@ class NvidiaSmi:
     async def list_cis(self, index: int) -> list[CiRow]:
         res = await self._listing("mig", "-i", str(index), "-lci")
         return parse_lci(res.stdout) if res else []
+
+    async def list_ci_profiles(self, index: int, gi: int) -> list[CiProfileRow]:
+        """`mig -i N -gi G -lcip`: the compute-instance profiles of one GPU instance."""
+        res = await self._listing("mig", "-i", str(index), "-gi", str(gi), "-lcip")
+        return parse_lcip(res.stdout) if res else []
 
     async def compute_apps(self) -> list[ProcRow]:
         fields = ",".join(COMPUTE_APPS_FIELDS)
@@ -202,3 +265,12 @@ class NvidiaSmi:
 
 def _scope(index: int | None) -> tuple[str, ...]:
     return () if index is None else ("-i", str(index))
+
+
+def _over(io: asyncio.Future[tuple[bytes, bytes]]) -> bool:
+    """Whether a call's output reading is over (its exception, if any, is consumed)."""
+    if not io.done():
+        return False
+    if not io.cancelled():
+        io.exception()
+    return True

@@ -1,6 +1,10 @@
 """The writes of the configuration reconciler, in `enforce` mode only: the ConfigMaps it renders,
-the scheduler's deviceshare arguments, the plugin's args (versions that take them), and the
-restarts the planner asks for.
+the scheduler's deviceshare arguments, the plugin's args (versions that take them), the placement
+of HAMi's plugin DaemonSets (`core.rules.placement`: a nodeSelector on the node contract's
+`vgpu.volcano.sh/device-plugin` and tolerations for the policies' taints), and the restarts the
+planner asks for. A DaemonSet's args and placement go in one PATCH, which restarts its pods: it
+waits until what the plugin reads has settled, a placement change also for
+`core.restarts.rollout_due`, and it is recorded as a restart.
 
 Every write carries the resourceVersion it was computed from: a 409 means someone edited the
 object meanwhile, and the next pass renders from the newer version. Nothing is written when a
@@ -20,6 +24,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -43,12 +48,17 @@ from vgpu_operator.core.restarts import (
     PluginPod,
     RestartAction,
     RestartInputs,
+    RestartSettings,
     Workload,
+    daemonset_key,
+    rollout_due,
 )
 from vgpu_operator.core.rules import ClusterSnapshot
+from vgpu_operator.core.rules.placement import Placement, placements
 from vgpu_operator.core.rules.snapshot import (
     annotations_of,
     data_changed_at,
+    known_after,
     meta,
     parse_time,
     pod_done,
@@ -107,6 +117,11 @@ class WriteResult:
     written: list[Written] = field(default_factory=list)
     conflicts: int = 0  # objects that changed under us: render again next pass
     plugin_args_patched: bool = False
+    rolled: list[ObjectKey] = field(default_factory=list)  # DaemonSets whose pods now restart
+    rollout_wait: datetime | None = None  # a placement patch waits for the restart limits
+    # DaemonSets whose pod template change waits: it restarts their pods when it goes, so no
+    # other restart of them is planned meanwhile
+    pending: set[tuple[str, str]] = field(default_factory=set)
     refused: list[Refused] = field(default_factory=list)
     deferred: list[ObjectKey] = field(default_factory=list)  # backing off: not attempted
 
@@ -238,9 +253,13 @@ async def enforce_configuration(
     s: ClusterSnapshot,
     now: datetime,
     backoff: WriteBackoff | None = None,
+    ledger: Mapping[str, datetime] | None = None,
+    restarts: RestartSettings | None = None,
 ) -> WriteResult:
     """Write what the operator owns where it differs from what it renders; objects backing off
-    in `backoff` (kept by the caller from pass to pass) are left for later."""
+    in `backoff` (kept by the caller from pass to pass) are left for later. `ledger` and
+    `restarts`: the restarts so far and their limits, which a placement patch waits for (None:
+    no limit)."""
     result = WriteResult()
     writes = _Writes(backoff, now, result)
     if not installed(s):
@@ -267,8 +286,11 @@ async def enforce_configuration(
         await _write_configmap(api, ref, cm, rendered, "device config", writes)
 
     for ref, render in (
-        (cfg.node_config, render_node_config),
-        (cfg.ascend_node_config, render_ascend_node_config),
+        (cfg.node_config, partial(render_node_config, gpus=s.gpus_by_node)),
+        (
+            cfg.ascend_node_config,
+            partial(render_ascend_node_config, hami_vnpu_core=s.hami_vnpu_core),
+        ),
     ):
         cm = s.configmap(*ref.ref())
         rendered = _render(ref.name, render, cm, released, cfg, stamp)
@@ -283,56 +305,138 @@ async def enforce_configuration(
         if rendered is not None:
             await _write_configmap(api, ref, cm, rendered, "deviceshare arguments", writes)
 
-    await _patch_plugin_args(api, s, writes)
+    await _patch_daemonsets(api, s, writes, ledger or {}, restarts or RestartSettings(), now)
     return result
 
 
-async def _patch_plugin_args(api: client.ApiClient, s: ClusterSnapshot, writes: _Writes) -> None:
-    result = writes.result
-    ref = s.config.device_plugin
-    ds = next(
+def _daemonset(s: ClusterSnapshot, namespace: str, name: str) -> dict[str, Any] | None:
+    return next(
         (
             d
             for d in s.daemonsets
-            if meta(d).get("namespace") == ref.namespace and meta(d).get("name") == ref.name
+            if meta(d).get("namespace") == namespace and meta(d).get("name") == name
         ),
         None,
     )
-    if ds is None:
-        return
-    patch = render_plugin_args(ds, s.config)
-    key = ("DaemonSet", ref.namespace, ref.name)
-    if patch is None or not writes.ready(key):
-        return
-    body = {
-        "metadata": {"resourceVersion": meta(ds).get("resourceVersion")},
-        "spec": {
-            "template": {"spec": {"containers": [{"name": patch.container, "args": patch.args}]}}
-        },
-    }
+
+
+def _placement_what(p: Placement) -> str:
+    parts = []
+    if p.patch is not None and "nodeSelector" in p.patch["spec"]["template"]["spec"]:
+        parts.append(f"nodeSelector {contract.LABEL_DEVICE_PLUGIN}={p.plugin}")
+    for t in p.added_tolerations:
+        value = f"={t['value']}" if t.get("value") else ""
+        parts.append(f"toleration {t['key']}{value}:{t['effect']}")
+    return "placement: " + ", ".join(parts)
+
+
+@dataclass
+class _DaemonSetPatch:
+    raw: dict[str, Any]
+    spec: dict[str, Any] = field(default_factory=dict)  # of the pod template
+    what: list[str] = field(default_factory=list)
+    args: bool = False
+    due: datetime | None = None  # when it may go (None: now)
+
+
+async def _patch_daemonsets(
+    api: client.ApiClient,
+    s: ClusterSnapshot,
+    writes: _Writes,
+    ledger: Mapping[str, datetime],
+    restarts: RestartSettings,
+    now: datetime,
+) -> None:
+    """One PATCH per plugin DaemonSet: its args (vGPU plugin ≤ v1.11) and its placement. Both
+    change the pod template, so its pods restart: the PATCH waits until what the plugin reads
+    has settled (`_inputs_settled`), and a placement change also for the restart limits
+    (`rollout_due`; when restarts are not allowed it is left to the rule that reports it)."""
+    result = writes.result
+    settled = _inputs_settled(s, result, restarts, now)
+    patches: dict[tuple[str, str], _DaemonSetPatch] = {}
+    ref = s.config.device_plugin
+    ds = _daemonset(s, ref.namespace, ref.name)
+    args = render_plugin_args(ds, s.config) if ds is not None else None
+    if ds is not None and args is not None:
+        patches[(ref.namespace, ref.name)] = _DaemonSetPatch(
+            ds,
+            {"containers": [{"name": args.container, "args": args.args}]},
+            ["args " + " ".join(args.args)],
+            args=True,
+            due=settled,
+        )
+    for p in placements(s):
+        raw = _daemonset(s, p.namespace, p.name)
+        if p.patch is None or p.excluded or raw is None:
+            continue
+        key = daemonset_key(p.namespace, p.name)
+        due = rollout_due(ledger, key, _restarted_at(raw), restarts, now)
+        if due is None:
+            continue  # restarts are not allowed: the rule reports the patch
+        patch = patches.setdefault((p.namespace, p.name), _DaemonSetPatch(raw))
+        patch.spec.update(p.patch["spec"]["template"]["spec"])
+        patch.what.append(_placement_what(p))
+        patch.due = max(due, settled, patch.due or now)
+    for (namespace, name), patch in patches.items():
+        if patch.due is not None and patch.due > now:
+            if result.rollout_wait is None or patch.due < result.rollout_wait:
+                result.rollout_wait = patch.due
+            result.pending.add((namespace, name))
+            continue
+        body = {"spec": {"template": {"spec": patch.spec}}}
+        if await _patch_daemonset(api, patch.raw, body, writes):
+            result.plugin_args_patched = result.plugin_args_patched or patch.args
+            result.rolled.append(("DaemonSet", namespace, name))
+            uid = str(meta(patch.raw).get("uid", ""))
+            result.written.append(Written("DaemonSet", namespace, name, "; ".join(patch.what), uid))
+
+
+def _inputs_settled(
+    s: ClusterSnapshot, result: WriteResult, restarts: RestartSettings, now: datetime
+) -> datetime:
+    """When the plugin pods a rollout starts now are sure to read the current configuration: a
+    `settle` after the last change of what the plugin reads (this pass's ConfigMap writes
+    included), and never in the second of that change (pod start times are whole seconds:
+    `core.restarts`). The placement rollout waits for it, as the planner's restarts do."""
+    inputs = restart_inputs(s)
+    changed = [t for t in (inputs.plugin_reads_changed, *inputs.node_entries_changed.values()) if t]
+    scheduler_conf = s.config.scheduler.config_map.ref()
+    if any(
+        w.kind == "ConfigMap" and (w.namespace, w.name) != scheduler_conf for w in result.written
+    ):
+        changed.append(now)  # a ConfigMap a plugin reads (the scheduler conf is not one)
+    return max(now, known_after(max(changed)) + restarts.settle) if changed else now
+
+
+async def _patch_daemonset(
+    api: client.ApiClient, ds: Mapping[str, Any], body: dict[str, Any], writes: _Writes
+) -> bool:
+    """A strategic merge PATCH carrying the resourceVersion it was computed from."""
+    result = writes.result
+    namespace, name = str(meta(ds).get("namespace")), str(meta(ds).get("name"))
+    key = ("DaemonSet", namespace, name)
+    if not writes.ready(key):
+        return False
+    body = {"metadata": {"resourceVersion": meta(ds).get("resourceVersion")}, **body}
     try:
         await kubeapi.request(
             api,
             "PATCH",
-            workload_path("DaemonSet", ref.namespace, ref.name),
+            workload_path("DaemonSet", namespace, name),
             body=body,
             content_type=STRATEGIC_MERGE_PATCH,
         )
     except kubeapi.Conflict:
         result.conflicts += 1
-        return
+        return False
     except kubeapi.NotFound:
         writes.gone(key)
-        return
+        return False
     except kubeapi.ApiError as exc:
         writes.failed(key, exc)
-        return
+        return False
     writes.succeeded(key)
-    result.plugin_args_patched = True
-    what = "args " + " ".join(patch.args)
-    result.written.append(
-        Written("DaemonSet", ref.namespace, ref.name, what, str(meta(ds).get("uid", "")))
-    )
+    return True
 
 
 # --- restarts ------------------------------------------------------------------------------

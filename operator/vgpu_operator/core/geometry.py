@@ -177,14 +177,26 @@ def _with_reported_memory(
     )
 
 
+def _slices(profile: str) -> int:
+    return int(profile.split("g.", 1)[0])
+
+
 def _synthesized(reported: ReportedGpuModel) -> MigGeometryEntry | None:
-    """One group per base profile, smallest first, each with the profile's maximum count."""
-    base = sorted(
-        (p for p in reported.profiles if BASE_PROFILE.match(p.name) and p.max_count > 0),
-        key=lambda p: (p.memory_mib, p.name),
-    )
-    if not base:
+    """One group per memory size, smallest first, each with one profile at its maximum count:
+    of profiles with the same memory (H100's 1g.20gb and 2g.20gb, 3g.40gb and 4g.40gb) the one
+    with more compute slices. The scheduler tries groups in order and takes the first whose
+    template has enough memory (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/
+    mig.go), so of two groups with equal memory the later one would never be chosen."""
+    best: dict[int, ReportedProfile] = {}
+    for p in reported.profiles:
+        if not BASE_PROFILE.match(p.name) or p.max_count <= 0:
+            continue
+        kept = best.get(p.memory_mib)
+        if kept is None or (_slices(p.name), p.name) > (_slices(kept.name), kept.name):
+            best[p.memory_mib] = p
+    if not best:
         return None
+    base = [best[m] for m in sorted(best)]
     return _entry([reported.nvml_name], [[(p.name, p.memory_mib, p.max_count)] for p in base])
 
 

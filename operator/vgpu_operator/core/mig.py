@@ -14,6 +14,11 @@ on). `mig` + `static`: MIG on and exactly the layout. `mig` + `dynamic`: MIG on;
 owns the instances (docs/design.md, one owner per GPU), so leftovers of an earlier layout are
 removed only when the node switches INTO dynamic mode (`previous` was not dynamic), never after.
 GPUs a static layout does not name are left as they are. `ascend-vnpu` does not touch NVIDIA GPUs.
+
+Two phases: a GPU whose MIG mode is off and whose driver lists no profiles yet (drivers up to 535
+list none while MIG is off: mig-parted pkg/mig/discovery/discovery.go) gets only its mode step
+and `deferred`; the executor reads the profiles again once MIG is on and plans its instances
+then, from the driver's own listing (mig-parted too sets the mode first and the config second).
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from enum import StrEnum
 from itertools import combinations
 
 from vgpu_operator.core.mig_catalog import (
-    CI_PROFILE_BY_SLICES,
     GpuModel,
     MigProfile,
+    arch_for_name,
     model_for_name,
 )
 from vgpu_operator.core.mig_layout import GpuTarget, LayoutError, resolve_targets
@@ -59,7 +64,7 @@ class StepKind(StrEnum):
     SET_MODE = "set-mig-mode"  # the executor resets this GPU only if the mode stays pending
     RESET = "reset"  # the mode is already pending: reset this GPU to make it current
     CREATE_GI = "create-gi"  # a GPU instance at an explicit placement, with its default CI
-    CREATE_CI = "create-ci"  # the default CI in a kept GPU instance that has none
+    CREATE_CI = "create-ci"  # the default CI (`mig -lcip`'s `*`) in a kept GI that has none
 
 
 DESTRUCTIVE = frozenset(
@@ -107,6 +112,8 @@ class GpuPlan:
     kept: tuple[int, ...] = ()  # GPU-instance IDs left in place
     blocked_by: tuple[ProcessInfo, ...] = ()
     error: str | None = None
+    # The instances are planned once MIG is on and the driver lists the GPU's profiles.
+    deferred: bool = False
 
     @property
     def blocked(self) -> bool:
@@ -168,6 +175,7 @@ def plan_gpu(gpu: GpuInfo, target: GpuTarget, geometry: Geometry | None) -> GpuP
     """The ordered steps for one GPU (none when it already matches)."""
     steps: list[Step] = []
     kept: tuple[int, ...] = ()
+    deferred = False
     live = list(gpu.instances) if gpu.mig_current else []
     if target.mig is False:
         if gpu.mig_current or gpu.mig_pending:
@@ -178,13 +186,18 @@ def plan_gpu(gpu: GpuInfo, target: GpuTarget, geometry: Geometry | None) -> GpuP
                 steps.append(Step(StepKind.RESET, gpu.index))
     elif target.mig is True:
         if not gpu.mig_current:
-            kind = StepKind.RESET if gpu.mig_pending else StepKind.SET_MODE
+            # A pending enable is made current by a reset on Ampere; Hopper and later lose MIG
+            # mode on a reset (core.mig_catalog.arch_for_name), so they are asked again.
+            reset = gpu.mig_pending and arch_for_name(gpu.name) == "ampere"
+            kind = StepKind.RESET if reset else StepKind.SET_MODE
             steps.append(Step(kind, gpu.index, enable=True if kind == StepKind.SET_MODE else None))
             live = []
         elif gpu.mig_pending is False:  # a pending disable: cancel it (no reset needed)
             steps.append(Step(StepKind.SET_MODE, gpu.index, enable=True))
         if target.clear:
             steps += _destroy_all(gpu.index, live)
+        elif target.profiles is not None and not gpu.mig_current and not _listed(gpu):
+            deferred = True  # phase 1: the mode; the instances when the driver lists profiles
         elif target.profiles is not None:
             if geometry is None:
                 return GpuPlan(gpu.index, target, error=f"GPU {gpu.index}: no MIG geometry known")
@@ -197,7 +210,13 @@ def plan_gpu(gpu: GpuInfo, target: GpuTarget, geometry: Geometry | None) -> GpuP
             steps += more
     if gpu.processes and any(s.kind in DESTRUCTIVE for s in steps):
         return GpuPlan(gpu.index, target, kept=kept, blocked_by=tuple(gpu.processes))
-    return GpuPlan(gpu.index, target, steps=tuple(steps), kept=kept)
+    return GpuPlan(gpu.index, target, steps=tuple(steps), kept=kept, deferred=deferred)
+
+
+def _listed(gpu: GpuInfo) -> bool:
+    """Whether the driver listed this GPU's profiles (the catalog's do not count for planning:
+    the driver's listing wins, e.g. an A100 80GB PCIe on driver 515 has no profile 15)."""
+    return gpu.profiles_source == "driver"
 
 
 def _destroy(gpu: int, gi: GpuInstance) -> list[Step]:
@@ -211,11 +230,11 @@ def _destroy_all(gpu: int, live: list[GpuInstance]) -> list[Step]:
 
 
 def _reusable(gi: GpuInstance, shape: Shape) -> bool:
-    """A live GPU instance can stay when it has the profile and at most its one full CI."""
+    """A live GPU instance can stay when it has the profile and no compute instance or one that
+    spans it (GpuInstance.full: whatever the CI's profile ID, 7 on Hopper's 1g.20gb)."""
     if gi.profile_id != shape.id or gi.start not in shape.placements:
         return False
-    full = CI_PROFILE_BY_SLICES.get(shape.slices)
-    return len(gi.cis) == 0 or (len(gi.cis) == 1 and gi.cis[0].profile_id == full)
+    return len(gi.cis) == 0 or gi.full
 
 
 def _diff(

@@ -150,9 +150,11 @@ def _static(
     errors += _not_capable(targeted)
     groups: dict[tuple[int, str, tuple[object, ...]], list[GpuInfo]] = {}
     for g in targeted:
-        if g.mig_capable:
+        if g.mig_capable and (g.profiles or g.mig_current):
             key = (owner[g.index], g.name, tuple(p.model_dump_json() for p in g.profiles))
             groups.setdefault(key, []).append(g)
+        # else: MIG is off and neither the driver nor the catalog knows the profiles; the
+        # layout is checked against the driver's listing once MIG is on (core.mig, two phases)
     for (li, _, _), gpus in groups.items():
         geometry = geometry_of_gpu(gpus[0], model_for_name(gpus[0].name))
         errors += _check(li, layouts[li], geometry, _label(gpus))
@@ -197,9 +199,9 @@ def _check(li: int, layout: MigLayout, geometry: Geometry | None, label: str) ->
         return [
             LayoutError(
                 base,
-                f"{label} lists no MIG profiles and is not a known GPU model",
-                "turn MIG mode on once so the driver lists the profiles (drivers up to 535 list "
-                "none while MIG is off), or add the model to core.mig_catalog",
+                f"{label} lists no MIG profiles with MIG mode on and is not a known GPU model",
+                "check the driver (`nvidia-smi mig -lgip` lists nothing even with MIG mode on), "
+                "or add the model to core.mig_catalog",
             )
         ]
     names = ", ".join(s.name for s in geometry.shapes)

@@ -11,7 +11,6 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES
 from vgpu_operator.core.mig_layout import GpuTarget, resolve_targets
 from vgpu_operator.models.inventory import GpuInfo, Inventory
 from vgpu_operator.models.node import NodeConfig
@@ -58,18 +57,12 @@ def verify_gpu(target: GpuTarget, gpu: GpuInfo | None) -> list[Difference]:
         if dict(have) != want:
             out.append(Difference(i, "instances", _counts(want), _counts(have)))
         for gi in gpu.instances:
-            full = CI_PROFILE_BY_SLICES.get(_slices(gi.name), -1)
-            if len(gi.cis) != 1 or gi.cis[0].profile_id != full:
+            if not gi.full:  # one CI spanning the GI, whatever its profile ID (GpuInstance.full)
                 seen = ", ".join(ci.name for ci in gi.cis) or "none"
                 out.append(
                     Difference(i, f"compute instances of GPU instance {gi.id}", "one full CI", seen)
                 )
     return out
-
-
-def _slices(profile_name: str) -> int:
-    head = profile_name.split("g.", 1)[0]
-    return int(head) if head.isdigit() else -1
 
 
 def verify(

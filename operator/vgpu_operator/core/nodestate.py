@@ -2,14 +2,16 @@
 
 Semantics (docs/design.md, the node contract):
 - an owned node gets the policy's labels and taints (`spec.effective_labels()/effective_taints()`),
-  `vgpu.volcano.sh/policy` and `/mode`, the ownership record `/owned`, the desired configuration
-  `/target` and the released one `/config` (`release()`: equal to target for now);
+  `vgpu.volcano.sh/policy`, `/mode` and `/device-plugin` (which HAMi plugin must run there), the
+  ownership record `/owned`, the desired configuration `/target` and the released one `/config`
+  (`release()`: equal to target for now);
 - the operator changes or removes only what its record says it set, and only while the value is
   still the recorded one; a label or taint of a user is never removed or overwritten. A wanted
   label the user has with another value, or a wanted taint colliding with a user's taint of the
   same key and effect, is a problem: nothing is written to that node at all;
-- the one exception is the GPU Operator's `nvidia.com/gpu.deploy.device-plugin` under
-  `disableNvidiaDevicePlugin`: set to "false", the user's earlier value kept in `Owned.replaced`
+- the exceptions are the GPU Operator's `nvidia.com/gpu.deploy.device-plugin` under
+  `disableNvidiaDevicePlugin` and `nvidia.com/gpu.deploy.mig-manager` under
+  `disableNvidiaMigManager`: set to "false", the user's earlier value kept in `Owned.replaced`
   and put back when the node leaves the pool (or the option is turned off);
 - a node no policy owns loses the operator's labels, taints, policy/mode labels, target and
   record; its `config` stays as `{mode: whole-gpu}` when it was `mig`, so the agent turns MIG off;
@@ -40,7 +42,7 @@ from vgpu_operator.core.validate import (
     taint_collisions,
     taint_is_ours,
 )
-from vgpu_operator.models.node import NodeConfig, Owned
+from vgpu_operator.models.node import GPU_OPERATOR_MIG_MANAGER_LABEL, NodeConfig, Owned
 from vgpu_operator.models.policy import Taint, VGPUNodePolicy
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
 
 Action = Literal["none", "configure", "update", "release", "conflict", "held", "blocked"]
 DP_LABEL = contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL
+MM_LABEL = GPU_OPERATOR_MIG_MANAGER_LABEL
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Desired:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     disable_device_plugin: bool = False
+    disable_mig_manager: bool = False
     target: NodeConfig | None = None
     target_text: str | None = None  # the annotation text of `target`
 
@@ -92,6 +96,7 @@ def desired_for(policy: VGPUNodePolicy | None) -> Desired:
         labels=spec.effective_labels(),
         taints=tuple(spec.effective_taints()),
         disable_device_plugin=spec.disable_nvidia_device_plugin,
+        disable_mig_manager=spec.disable_nvidia_mig_manager,
         target=target,
         target_text=target.to_annotation(),
     )
@@ -180,17 +185,18 @@ def _plan_labels(
             out.labels[key] = value
         if current != value or ours:
             owned[key] = value
-    if want.disable_device_plugin:
-        current = facts.labels.get(DP_LABEL)
-        ours = label_is_ours(facts, DP_LABEL)
+    switches = ((want.disable_device_plugin, DP_LABEL), (want.disable_mig_manager, MM_LABEL))
+    for key in (label for wanted, label in switches if wanted):
+        current = facts.labels.get(key)
+        ours = label_is_ours(facts, key)
         if current != "false" or ours:
-            owned[DP_LABEL] = "false"
-            if ours and DP_LABEL in facts.owned.replaced:
-                replaced[DP_LABEL] = facts.owned.replaced[DP_LABEL]
+            owned[key] = "false"
+            if ours and key in facts.owned.replaced:
+                replaced[key] = facts.owned.replaced[key]
             elif not ours and current is not None:
-                replaced[DP_LABEL] = current
+                replaced[key] = current
         if current != "false":
-            out.labels[DP_LABEL] = "false"
+            out.labels[key] = "false"
     for key, recorded in facts.owned.labels.items():
         if key in owned or facts.labels.get(key) != recorded or key in want.labels:
             continue  # still wanted, already gone, taken over by someone, or now the user's
@@ -198,6 +204,8 @@ def _plan_labels(
     operator_labels: dict[str, str | None] = {
         contract.LABEL_POLICY: want.owner,
         contract.LABEL_MODE: want.mode,
+        # the plugin DaemonSets select on it (volcano_writes' placement patch)
+        contract.LABEL_DEVICE_PLUGIN: want.target.device_plugin if want.target else None,
     }
     for key, wanted in operator_labels.items():
         if facts.labels.get(key) != wanted:

@@ -7,6 +7,9 @@ reads its node-config entry once at start (reference §1.4, §2). So:
 - a change of the device ConfigMap the plugin reads -> a rollout restart of the plugin DaemonSet;
 - a change of one node's node-config entry -> only that node's plugin pod is replaced;
 - anything else -> nothing.
+A pod template change the operator makes for another reason (the plugin's placement, its args)
+restarts the pods too: it is recorded in the same ledger, and `rollout_due` holds it to the same
+limits.
 
 The plan is computed from state, not from the writes of one pass: a component needs a restart
 when one of its live pods started before the last change of what it reads, and no restart was
@@ -231,3 +234,20 @@ def record(
 def prune(ledger: Mapping[str, datetime], now: datetime, keep: timedelta) -> dict[str, datetime]:
     """Forget restarts older than `keep` (they no longer limit anything)."""
     return {k: t for k, t in ledger.items() if now - t < keep}
+
+
+def rollout_due(
+    ledger: Mapping[str, datetime],
+    key: str,
+    restarted_at: datetime | None,
+    settings: RestartSettings,
+    now: datetime,
+) -> datetime | None:
+    """When a rollout of the component the planner did not plan may happen: a pod template
+    change the operator makes itself (the plugin's placement), which restarts its pods like a
+    rollout restart and so counts as one under the same limits. `now` or later; None: restarts
+    are not allowed."""
+    if not settings.allowed:
+        return None
+    last = _latest(ledger.get(key), restarted_at)
+    return now if last is None else max(now, last + settings.min_interval)

@@ -4,8 +4,10 @@ Each agent runs as `python -m vgpu_operator.cli agent --node N` exactly as in it
 a kubeconfig for the agent's ServiceAccount and the fake nvidia-smi (devcluster.fakesmi) as its
 `--nvidia-smi`; the node's simulated GPUs live in a state file under `workdir/<node>/`.
 
-An agent gets its own process group (a kill reaches the nvidia-smi it waits for) and dies with
-the process that started it (PR_SET_PDEATHSIG), so no agent outlives a test or the demo.
+An agent gets its own process group and dies with the process that started it
+(PR_SET_PDEATHSIG). The agent runs each nvidia-smi in a process group of its own (agent.smi), so
+killing an agent also kills what is left of its node's fake nvidia-smi calls
+(fakesmi_state.kill_strays): no agent or call outlives a test or the demo.
 """
 
 from __future__ import annotations
@@ -43,12 +45,19 @@ class FakeGpus:
 
     @classmethod
     def create(
-        cls, directory: Path, node: str, model: str, count: int, *, mig: bool = False
+        cls,
+        directory: Path,
+        node: str,
+        model: str,
+        count: int,
+        *,
+        mig: bool = False,
+        driver_version: str = fs.DEFAULT_DRIVER,
     ) -> FakeGpus:
         """`model` is a core.mig_catalog key (see fake_model)."""
         directory.mkdir(parents=True, exist_ok=True)
         state = directory / "gpus.json"
-        fs.init_state(state, model, count, node=node, mig=mig)
+        fs.init_state(state, model, count, node=node, mig=mig, driver_version=driver_version)
         return cls(state=state, binary=fs.write_wrapper(directory))
 
     def load(self) -> fs.NodeState:
@@ -78,6 +87,9 @@ class AgentProcess:
     retry: float = 30.0
     timeout: float = 20.0
     once: bool = False
+    # The chart's `hostPID` (agent-daemonset.yaml): False runs the agent in a PID namespace of
+    # its own, which the fake nvidia-smi models (fakesmi_state: processes of other namespaces).
+    host_pid: bool = True
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def argv(self) -> list[str]:
@@ -90,6 +102,9 @@ class AgentProcess:
     def start(self) -> AgentProcess:
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
         env[fs.ENV_STATE] = str(self.gpus.state)
+        env.pop(fs.ENV_PID_NAMESPACE, None)
+        if not self.host_pid:
+            env[fs.ENV_PID_NAMESPACE] = f"agent-{self.node}"
         with open(self.logfile, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv(),
@@ -118,12 +133,13 @@ class AgentProcess:
         return self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
 
     def kill(self) -> None:
-        """SIGKILL the agent and whatever it runs (its process group)."""
+        """SIGKILL the agent (its process group) and its node's fake nvidia-smi calls."""
         if self.proc is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
+        fs.kill_strays(self.gpus.state)
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM (the agent finishes the action under way), SIGKILL after `timeout`; then
@@ -140,8 +156,9 @@ class AgentProcess:
         else:
             code = self.proc.returncode
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: a hung nvidia-smi
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers
         self.proc.wait(10)
+        fs.kill_strays(self.gpus.state)  # a hung nvidia-smi (its own process group)
         return code
 
 

@@ -9,6 +9,12 @@ real one would write when its pod starts (reference §1.2 precedence, §2, §3.3
 - the allocatable it registers: count = split x GPUs, cores = int(100 x core scaling) x GPUs,
   memory = the sum of the per-GPU memory entries; names from the flags (≤ v1.11) or the
   ConfigMap (v1.12+, non-`volcano.sh/` names prefixed).
+Up to v1.11 the node's config.json entry sets only the mode: its `devicesplitcount`,
+`devicecorescaling` and `filterdevices` change nothing, registration uses the flags (defaults
+2 / 1.0), every GPU is registered, and kubelet gets 100 core and 32767 memory devices per GPU
+whatever the flags say (Project-HAMi/volcano-vgpu-device-plugin@v1.11.0:
+pkg/plugin/vgpu/register.go, pkg/plugin/vgpu/plugin.go `apiDevices`,
+pkg/plugin/vgpu/util/util.go `readFromConfigFile`).
 The caller (the tests' fake) patches the Node with these for each running plugin pod.
 """
 
@@ -41,6 +47,8 @@ _PRODUCT_TO_NVML = {m.product_label: m.nvml_name for m in GPU_MODELS.values()} |
     m.nvml_name.replace(" ", "-"): m.nvml_name for m in mig_catalog.GPU_MODELS.values()
 }
 LAST_FLAG_VERSION = Version(1, 11, 99)
+OLD_CORES_PER_GPU = 100  # ≤ v1.11: `for i < 100` in apiDevices
+OLD_MEMORY_PER_GPU = 32767  # ≤ v1.11: `for i < int(32767)` in apiDevices
 LAST_HANDSHAKE_VERSION = Version(1, 12, 0)
 FLAG_NAME_DEFAULTS = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
 
@@ -161,16 +169,22 @@ def simulate_registration(
         nvidia = parse_device_config(device_config_text).nvidia or NvidiaConfig()
     except PayloadError as exc:
         return PluginRegistration(mode=settings.mode, problem=str(exc))
-    split = (
-        settings.device_split_count
-        or _flag_number(flags, "device-split-count")
-        or (2 if old else nvidia.device_split_count or 0)
-    )
-    scaling = (
-        settings.device_core_scaling
-        or _flag_number(flags, "device-cores-scaling")
-        or (1.0 if old else nvidia.device_core_scaling or 0.0)
-    )
+    if old:  # the flags only; the node's entry sets nothing but the mode
+        split = _flag_number(flags, "device-split-count") or 2
+        scaling = _flag_number(flags, "device-cores-scaling") or 1.0
+    else:
+        split = (
+            settings.device_split_count
+            or _flag_number(flags, "device-split-count")
+            or nvidia.device_split_count
+            or 0
+        )
+        scaling = (
+            settings.device_core_scaling
+            or _flag_number(flags, "device-cores-scaling")
+            or nvidia.device_core_scaling
+            or 0.0
+        )
     factor = int(
         _flag_number(flags, "gpu-memory-factor") or (1 if old else nvidia.gpu_memory_factor or 1)
     )
@@ -182,7 +196,7 @@ def simulate_registration(
     gpus = [
         g
         for g in node_gpus(node)
-        if g.uuid not in settings.filter_uuids and g.index not in settings.filter_indexes
+        if old or (g.uuid not in settings.filter_uuids and g.index not in settings.filter_indexes)
     ]
     with_mode = version is None or version >= Version(1, 10, 0)
     records = [
@@ -199,10 +213,13 @@ def simulate_registration(
     annotations = {REGISTER_ANNOTATION: encode_register(records)}
     if version is None or version <= LAST_HANDSHAKE_VERSION:
         annotations[HANDSHAKE_ANNOTATION] = f"Reported {now}"
+    cores = OLD_CORES_PER_GPU if old else int(100 * scaling)
     allocatable = {
         count_name: str(int(split) * len(records)),
-        core_name: str(int(100 * scaling) * len(records)),
-        memory_name: str(sum(r.memory for r in records)),
+        core_name: str(cores * len(records)),
+        memory_name: str(
+            OLD_MEMORY_PER_GPU * len(records) if old else sum(r.memory for r in records)
+        ),
     }
     return PluginRegistration(
         annotations=annotations,

@@ -7,18 +7,29 @@ mig-anchors.md §3 character for character (tested against the samples); profile
 and placements come from core.mig_catalog, the table the planner uses too.
 
 State machine (ref §1.6, §2.4, §3.1) and the conservative choices where the reference is silent:
-- MIG mode: Hopper switches at once; Ampere goes pending with the reference's warning ("Reboot the
-  system or try nvidia-smi --gpu-reset") and needs `-r`. With compute processes on the GPU (or
-  `reset_blocked_by` set, or instances left when disabling) the mode goes pending "In use by
-  another client" on any architecture. Output ends `All done.` and exit code 0 either way (ref:
-  "the reliable signal is querying current vs pending mode").
+- MIG mode: Hopper switches at once. Ampere switches at once too when nothing holds the GPU: the
+  driver resets it itself ("the driver will attempt to reset the GPU so that MIG mode can take
+  effect", MIG user guide; NVIDIA/gpu-operator PR #2603), logged as a `reset` effect. It goes
+  pending with the reference's warning ("Reboot the system or try nvidia-smi --gpu-reset") when
+  the GPU cannot be reset (`reset_supported` false: passthrough). With compute processes on the
+  GPU (or `reset_blocked_by` set, or instances left when disabling) the mode goes pending "In use
+  by another client" on any architecture. Output ends `All done.` and exit code 0 either way
+  (ref: "the reliable signal is querying current vs pending mode").
 - `-r`: refused while processes run or a client holds the GPU (ref text, exit 255); "Resetting
   GPU ... is not supported." when `reset_supported` is false (exit 3, UNCONFIRMED code). A reset
-  makes the pending mode current and, conservatively, removes every instance of the GPU.
+  removes every instance of the GPU; on Ampere it makes the pending mode current, on Hopper it
+  clears MIG mode (fakesmi_state.after_reset; a reboot does the same).
+- `mig -cgi ... -C` creates the GPU instance's default compute instance: on Hopper's 1g
+  double-memory profiles that is CI profile 7, not 0 (core.mig_catalog.HOPPER_1G_CI); `mig
+  -lcip` lists each GPU instance's compute-instance profiles with the default marked `*`, and
+  `-cci` refuses a profile the GPU instance does not list (Invalid Argument, reconstructed).
+- `--query-compute-apps` shows only what the caller's PID namespace can see
+  (fakesmi_state: `namespace` of a process, `foreign_processes`).
 - `-mig` on a GPU that is not MIG-capable prints "Unable to enable MIG Mode for GPU <bus>: Not
   Supported" / "Treating as warning and moving on." (UNCONFIRMED text; mode stays [N/A]).
 - Injected failures (`inject` in the state) print the real message of their class for the command
-  at hand; `timeout` hangs like `hang`. See fakesmi_state for every knob.
+  at hand; `timeout` hangs like `hang`, whose `child`/`detached` modes leave a child holding the
+  output pipe open. See fakesmi_state for every knob.
 """
 
 from __future__ import annotations
@@ -39,10 +50,13 @@ from vgpu_operator.devcluster.fakesmi_mig import (
 )
 from vgpu_operator.devcluster.fakesmi_render import model_of, render_list
 from vgpu_operator.devcluster.fakesmi_state import (
+    ENV_PID_NAMESPACE,
     ENV_STATE,
     FailureKind,
     GpuState,
+    HangMode,
     NodeState,
+    after_reset,
     append_log,
     load,
     locked,
@@ -75,6 +89,8 @@ _MIG_ACTIONS = {
     "--list-gpu-instances": "lgi",
     "-lci": "lci",
     "--list-compute-instances": "lci",
+    "-lcip": "lcip",
+    "--list-compute-instance-profiles": "lcip",
     "-cgi": "cgi",
     "--create-gpu-instance": "cgi",
     "-cci": "cci",
@@ -106,7 +122,7 @@ def parse_args(args: Sequence[str]) -> tuple[dict[str, str], MigArgs | None]:
         elif mig is not None and tok in _MIG_ACTIONS and _MIG_ACTIONS[tok] == "cci":
             mig.action = "cci"
             if i + 1 < len(args) and not args[i + 1].startswith("-"):
-                mig.cci = [int(x) for x in args[i + 1].split(",")]
+                mig.cci = [x.strip() for x in args[i + 1].split(",") if x.strip()]
                 i += 1
         elif mig is not None and tok in _MIG_ACTIONS and _MIG_ACTIONS[tok] != "cgi":
             mig.action = _MIG_ACTIONS[tok]
@@ -182,17 +198,34 @@ def query_gpu(gpus: list[GpuState], fields: str, fmt: str) -> Result:
     return Result("\n".join(rows))
 
 
-def query_apps(gpus: list[GpuState], fields: str, fmt: str) -> Result:
+NOT_FOUND_NAME = "[Not Found]"
+
+
+def visible_name(state: NodeState, proc: dict[str, object]) -> str | None:
+    """The process name the caller sees, or None when the process is invisible to it: a caller
+    in the host PID namespace (FAKE_NVIDIA_SMI_PID_NAMESPACE unset) sees every process; one in
+    another namespace sees its own, and the others hidden or as `[Not Found]` (the state's
+    `foreign_processes`; public captures show "50983, [Not Found]" from a container)."""
+    caller = os.environ.get(ENV_PID_NAMESPACE, "")
+    if not caller or proc.get("namespace", "") == caller:
+        return str(proc["name"])
+    return NOT_FOUND_NAME if state.get("foreign_processes") == "not_found" else None
+
+
+def query_apps(state: NodeState, gpus: list[GpuState], fields: str, fmt: str) -> Result:
     header = {"used_memory": "used_gpu_memory [MiB]"}
     rows = []
     for g in gpus:
         for p in sorted(g["processes"], key=lambda p: p["pid"]):
+            name = visible_name(state, dict(p))
+            if name is None:
+                continue
             values = {
                 "gpu_bus_id": g["bus_id"],
                 "gpu_uuid": g["uuid"],
                 "gpu_name": model_of(g).nvml_name,
                 "pid": str(p["pid"]),
-                "process_name": p["name"],
+                "process_name": name,
                 "used_memory": f"{p['used_memory_mib']}" + ("" if "nounits" in fmt else " MiB"),
             }
             rows.append(", ".join(values.get(f, "[N/A]") for f in fields.split(",")))
@@ -212,8 +245,7 @@ def reset(gpus: list[GpuState]) -> Result:
     if busy:
         return refused(busy)
     for g in gpus:
-        g["mig_current"] = g["mig_pending"]
-        g["gis"] = []
+        after_reset(g)
         res.effect("reset", g["index"])
     res.out = "\n".join(f"GPU {g['bus_id']} was successfully reset." for g in gpus)
     return res
@@ -264,14 +296,16 @@ def set_mode(gpus: list[GpuState], enable: bool, forced: FailureKind | None = No
         g["mig_pending"] = enable
         res.effect("mode", g["index"], int(enable))
         busy = g["processes"] or g["reset_blocked_by"] or (not enable and g["gis"])
+        unresettable = m.mode_change_needs_reset and not g["reset_supported"]
         if forced == "in_use" or (busy and forced is None):
             lines += _pending_lines(g, enable, IN_USE)
-        elif forced in ("reset_unsupported", "pending_reboot") or m.mode_change_needs_reset:
+        elif forced in ("reset_unsupported", "pending_reboot") or unresettable:
             lines += _pending_lines(g, enable, "Not Supported")
         else:
             g["mig_current"] = enable
-            if not enable:
-                g["gis"] = []
+            g["gis"] = []
+            if m.mode_change_needs_reset:  # Ampere: the driver reset the GPU itself
+                res.effect("reset", g["index"])
             lines.append(f"{verb} MIG Mode for GPU {g['bus_id']}")
     lines.append("All done.")
     res.out = "\n".join(lines)
@@ -330,7 +364,7 @@ def execute(state: NodeState, args: Sequence[str], forced: FailureKind | None) -
     if "--query-gpu" in opts:
         return query_gpu(gpus, opts["--query-gpu"], opts.get("--format", "csv"))
     if "--query-compute-apps" in opts:
-        return query_apps(gpus, opts["--query-compute-apps"], opts.get("--format", "csv"))
+        return query_apps(state, gpus, opts["--query-compute-apps"], opts.get("--format", "csv"))
     if "-L" in opts:
         return Result(render_list(gpus))
     if "-r" in opts:
@@ -340,7 +374,10 @@ def execute(state: NodeState, args: Sequence[str], forced: FailureKind | None) -
     raise Usage(USAGE)
 
 
-def _take(state: NodeState, line: str) -> tuple[float | None, FailureKind | None]:
+Taken = tuple[float | None, HangMode, FailureKind | None]
+
+
+def _take(state: NodeState, line: str) -> Taken:
     """Consume the hang or injected failure that matches this call, if any."""
     for hang in list(state["hang"]):
         if hang["match"] in line:
@@ -348,7 +385,7 @@ def _take(state: NodeState, line: str) -> tuple[float | None, FailureKind | None
                 hang["skip"] -= 1
                 continue
             state["hang"].remove(hang)
-            return hang["seconds"], None
+            return hang["seconds"], hang.get("mode", "sleep"), None
     for inj in list(state["inject"]):
         if inj["match"] in line:
             if inj["times"] > 0:
@@ -356,9 +393,23 @@ def _take(state: NodeState, line: str) -> tuple[float | None, FailureKind | None
                 if inj["times"] == 0:
                     state["inject"].remove(inj)
             if inj["error"] == "timeout":
-                return 3600.0, None
-            return None, inj["error"]
-    return None, None
+                return 3600.0, "sleep", None
+            return None, "sleep", inj["error"]
+    return None, "sleep", None
+
+
+def hang(seconds: float, mode: HangMode) -> None:
+    """Sleep `seconds`; in `child`/`detached` mode first fork a child that holds stdout and
+    stderr open as long (a driver-side helper of a stuck call). A `detached` child has a session
+    of its own: a kill of this call's process group does not reach it."""
+    if mode != "sleep" and os.fork() == 0:  # pragma: no cover - the child
+        try:
+            if mode == "detached":
+                os.setsid()
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    time.sleep(seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -370,11 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     line = " ".join(args)
     with locked(path):
         state = load(path)
-        sleep, forced = _take(state, line)
+        sleep, mode, forced = _take(state, line)
         save(path, state)
     if sleep is not None:
-        append_log(path, {"argv": args, "hang": sleep})
-        time.sleep(sleep)
+        append_log(path, {"argv": args, "hang": sleep, "mode": mode, "pid": os.getpid()})
+        sys.stdout.flush()
+        hang(sleep, mode)
     with locked(path):
         state = load(path)
         try:

@@ -16,14 +16,16 @@ Behaviour (mig-anchors.md §3.3-§3.7) and the conservative choices where the re
 
 from __future__ import annotations
 
-from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES, MigProfile, gi_heap_id
+from vgpu_operator.core.mig_catalog import MigProfile, gi_heap_id
 from vgpu_operator.devcluster.fakesmi_render import (
     ci_name,
+    ci_profiles,
     driver_major,
     gi_name,
     model_of,
     profiles,
     render_lci,
+    render_lcip,
     render_lgi,
     render_lgip,
     render_lgipp,
@@ -53,9 +55,9 @@ class MigArgs:
     """The `mig` subcommand's action and options."""
 
     def __init__(self, action: str = "") -> None:
-        self.action = action  # lgip, lgipp, lgi, lci, cgi, cci, dci, dgi
+        self.action = action  # lgip, lgipp, lgi, lci, lcip, cgi, cci, dci, dgi
         self.cgi: list[str] = []
-        self.cci: list[int] | None = None
+        self.cci: list[str] | None = None  # CI profile IDs or names
         self.gi: list[int] | None = None
         self.ci: list[int] | None = None
         self.default_ci = False
@@ -84,6 +86,11 @@ def run_mig(state: NodeState, gpus: list[GpuState], a: MigArgs) -> Result:
         if not any(gi["cis"] for g in enabled for gi in g["gis"] if _hit(gi, wanted)):
             return Result("No compute instances found: Not Found", RC_NOT_FOUND)
         return Result(render_lci(enabled, wanted))
+    if a.action == "lcip":
+        wanted = set(a.gi) if a.gi is not None else None
+        if not any(_hit(gi, wanted) for g in enabled for gi in g["gis"]):
+            return Result("No GPU instances found: Not Found", RC_NOT_FOUND)
+        return Result(render_lcip(enabled, wanted))
     res = Result()
     for gpu in enabled:
         {"cgi": _create_gis, "cci": _create_cis, "dci": _destroy_cis, "dgi": _destroy_gis}[
@@ -181,7 +188,6 @@ def _create_gis(state: NodeState, gpu: GpuState, a: MigArgs, res: Result) -> Non
 
 def _create_cis(state: NodeState, gpu: GpuState, a: MigArgs, res: Result) -> None:
     g = gpu["index"]
-    slices_of = {v: k for k, v in CI_PROFILE_BY_SLICES.items()}
     if a.gi is None:
         _add(res, "A GPU instance must be given with -gi to create compute instances.")
         res.rc = 2
@@ -191,8 +197,14 @@ def _create_cis(state: NodeState, gpu: GpuState, a: MigArgs, res: Result) -> Non
         if gi["id"] not in a.gi or p is None:
             continue
         where = f"on GPU {g:2d} GPU instance ID {gi['id']:2d}"
-        for cp in a.cci or [p.ci_profile_id]:
-            size = slices_of.get(cp, 99)
+        offered = ci_profiles(gpu, gi)
+        for token in a.cci or [str(p.ci_profile_id)]:
+            key = token.removeprefix("MIG ")
+            match = [o for o in offered if str(o[0]) == key or o[1] == key]
+            if not match:  # a profile this GPU instance does not list (`mig -lcip`)
+                what = f"a compute instance {where} using profile {token}"
+                return _fail(res, what, "compute instances", "Invalid Argument", RC_OTHER)
+            cp, _, size, _ = match[0]
             used = sum(c["size"] for c in gi["cis"])
             if size > p.slices - used:
                 what = f"a compute instance {where} using profile {cp}"

@@ -8,12 +8,18 @@ character for character.
 
 from __future__ import annotations
 
-from vgpu_operator.core.mig_catalog import GPU_MODELS, GpuModel, MigProfile
+from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES, GPU_MODELS, GpuModel, MigProfile
 from vgpu_operator.devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
 
 # Driver R510 printed other GiB values for A100-40GB than current drivers (ref §3.3 sample:
-# 2g.10gb 9.75, 7g.40gb 39.50; current: 9.62, 39.25).
-_R510_GIB = {("A100-SXM4-40GB", 14): 9.75, ("A100-SXM4-40GB", 0): 39.50}
+# 2g.10gb 9.75, 7g.40gb 39.50; current: 9.62, 39.25), and 19.62 for 3g.20gb and 4g.20gb (a real
+# R510 listing of an A100-PCIE-40GB, yokatayama/e-learning@5b608b4:vmware/tkgs/
+# nvidia-ai-enterprise/mig-enabled/README.md).
+_R510_GIB = {
+    (key, pid): gib
+    for key in ("A100-SXM4-40GB", "A100-PCIE-40GB")
+    for pid, gib in ((14, 9.75), (9, 19.62), (5, 19.62), (0, 39.50))
+}
 
 
 def driver_major(state: NodeState) -> int:
@@ -62,6 +68,23 @@ def used_slices(gpu: GpuState) -> tuple[set[int], int]:
         p = model_of(gpu).profile(gi["profile_id"])
         compute += p.slices if p else 0
     return mem, compute
+
+
+def ci_profiles(gpu: GpuState, gi: GiState) -> list[tuple[int, str, int, bool]]:
+    """The compute-instance profiles of a GPU instance as `mig -lcip` lists them:
+    (CI profile ID, name, compute slices, the default `*`). Partial ones first (`1c.3g.20gb`),
+    the full one last and marked default, as in the listings of a 2g, 3g and 4g instance in
+    yokatayama/e-learning@5b608b4 (see _R510_GIB) and ref §3.6 (`1c.3g.20gb 0`, `2c.3g.20gb 1`,
+    `3g.20gb 2*`). Which partial sizes a 7g instance offers (1c-4c) is reconstructed from the
+    names mig-parted knows (`1c.7g.40gb` ... `4c.7g.40gb`)."""
+    p = model_of(gpu).profile(gi["profile_id"])
+    if p is None:
+        return []
+    name = p.name
+    partial = [n for n in (1, 2, 3, 4) if n < p.slices and (n != 3 or p.slices % 3 != 1)]
+    out = [(CI_PROFILE_BY_SLICES[n], f"{n}c.{name}", n, False) for n in partial]
+    out.append((p.ci_profile_id, name, p.slices, True))
+    return out
 
 
 def free_count(state: NodeState, gpu: GpuState, p: MigProfile) -> int:
@@ -207,6 +230,57 @@ def render_lci(gpus: list[GpuState], gi_filter: set[int] | None) -> str:
                     + "|"
                 )
                 lines.append(_LCI_HEAD[0])
+    return "\n".join(lines)
+
+
+_LCIP_HEAD = (
+    "+" + "-" * 86 + "+",
+    "| Compute instance profiles:".ljust(87) + "|",
+    "| GPU     GPU       Name             Profile  Instances   Exclusive       Shared       |",
+    "|       Instance                       ID     Free/Total     SM       DEC   ENC   OFA  |",
+    "|         ID                                                          CE    JPEG       |",
+    "|" + "=" * 86 + "|",
+)
+
+
+def render_lcip(gpus: list[GpuState], gi_filter: set[int] | None) -> str:
+    """`mig -lcip [-gi G]`: per GPU instance its compute-instance profiles, the default one
+    marked `*`, Free/Total from the compute slices its CIs use. Columns measured on the listings
+    named in ci_profiles; SM of a partial profile is N times the GPU's 1-slice SM count."""
+    lines = list(_LCIP_HEAD)
+    for gpu in gpus:
+        model = model_of(gpu)
+        one = min((p.sm for p in model.profiles if p.slices == 1), default=0)
+        for gi in gi_order(gpu):
+            if gi_filter is not None and gi["id"] not in gi_filter:
+                continue
+            p = model.profile(gi["profile_id"])
+            if p is None:
+                continue
+            used = sum(c["size"] for c in gi["cis"])
+            for cid, name, n, default in ci_profiles(gpu, gi):
+                total = p.slices // n
+                free = min(total, (p.slices - used) // n)
+                sm = p.sm if default else one * n
+                mark = "*" if default else " "
+                lines.append(
+                    "|"
+                    + f"{gpu['index']:>4}"
+                    + f"{gi['id']:>7}"
+                    + " " * 7
+                    + f"MIG {name}".ljust(20)
+                    + f"{cid:>2}{mark}"
+                    + " " * 5
+                    + f"{free}/{total}".ljust(14)
+                    + f"{sm:>2}"
+                    + f"{p.dec:>9}"
+                    + f"{p.enc:>6}"
+                    + f"{p.ofa:>6}"
+                    + " " * 3
+                    + "|"
+                )
+                lines.append("|" + " " * 69 + f"{p.ce:>2}" + f"{p.jpeg:>6}" + " " * 9 + "|")
+                lines.append(_LCIP_HEAD[0])
     return "\n".join(lines)
 
 

@@ -5,14 +5,22 @@ writes it back atomically, and appends one JSON line to the call log (`FAKE_NVID
 `<state>.calls.jsonl`) so tests can count resets and destroyed instances.
 
 Knobs in the file (helpers below set them):
-- `gpus[i].processes`: fake compute processes (`gi`/`ci` optional: unset = the whole GPU);
+- `gpus[i].processes`: fake compute processes (`gi`/`ci` optional: unset = the whole GPU;
+  `namespace`: the PID namespace the process runs in, unset = the host's);
+- `foreign_processes`: what `--query-compute-apps` shows of a process in another PID namespace
+  than the caller's (the caller's is `FAKE_NVIDIA_SMI_PID_NAMESPACE`, unset = the host's, which
+  sees every process): `hidden` (not listed) or `not_found` (listed by host PID, named
+  `[Not Found]`). Both are reported from containers without the host PID namespace;
 - `gpus[i].reset_supported: false`: GPU reset not supported (passthrough, ref §1.6);
 - `gpus[i].reset_blocked_by`: a non-compute client holding the GPU (e.g. nvidia-persistenced):
   resets are refused and MIG mode changes stay pending;
 - `inject`: `{match, error, times}`: the next `times` calls whose argument line contains `match`
   fail with the real message of `error` (a `FailureKind`), `times: -1` for always;
-- `hang`: `{match, skip, seconds}`: after `skip` matching calls, the next matching call sleeps
-  `seconds` before acting (a test kills the agent meanwhile);
+- `hang`: `{match, skip, seconds, mode}`: after `skip` matching calls, the next matching call
+  sleeps `seconds` before acting (a test kills the agent meanwhile). `mode` `child`: it also
+  starts a child that holds its stdout open for `seconds` (a kill of the call's process group
+  ends both); `detached`: that child is in a session of its own, so killing the call's process
+  group does not end it and the output pipe stays open: a call that cannot be ended;
 - `driver_version`: below 525 the tables use the older layout and profiles newer than the driver
   are hidden; up to 535 `mig -lgip` lists nothing for a GPU whose MIG mode is off (ref §1.6).
 """
@@ -32,6 +40,7 @@ from vgpu_operator.core.mig_catalog import GPU_MODELS
 
 ENV_STATE = "FAKE_NVIDIA_SMI_STATE"
 ENV_LOG = "FAKE_NVIDIA_SMI_LOG"
+ENV_PID_NAMESPACE = "FAKE_NVIDIA_SMI_PID_NAMESPACE"  # the caller's; unset: the host's
 DEFAULT_DRIVER = "550.90.07"
 
 FailureKind = Literal[
@@ -70,6 +79,7 @@ class ProcState(TypedDict):
     used_memory_mib: int
     gi: NotRequired[int]
     ci: NotRequired[int]
+    namespace: NotRequired[str]  # the PID namespace it runs in; unset: the host's
 
 
 class GpuState(TypedDict):
@@ -91,10 +101,14 @@ class Inject(TypedDict):
     times: int
 
 
+HangMode = Literal["sleep", "child", "detached"]
+
+
 class Hang(TypedDict):
     match: str
     skip: int
     seconds: float
+    mode: NotRequired[HangMode]
 
 
 class NodeState(TypedDict):
@@ -105,6 +119,7 @@ class NodeState(TypedDict):
     gpus: list[GpuState]
     inject: list[Inject]
     hang: list[Hang]
+    foreign_processes: NotRequired[Literal["hidden", "not_found"]]
 
 
 def bus_id(i: int) -> str:
@@ -219,11 +234,16 @@ def add_process(
     used_memory_mib: int = 1024,
     *,
     gi: int | None = None,
+    namespace: str | None = None,
 ) -> None:
+    """A compute process on GPU `gpu`; `namespace`: it runs in that PID namespace (a pod's)
+    instead of the host's."""
     with edit(path) as s:
         proc = ProcState(pid=pid, name=name, used_memory_mib=used_memory_mib)
         if gi is not None:
             proc["gi"], proc["ci"] = gi, 0
+        if namespace:
+            proc["namespace"] = namespace
         s["gpus"][gpu]["processes"].append(proc)
 
 
@@ -239,9 +259,15 @@ def inject(path: str | os.PathLike[str], match: str, error: FailureKind, times: 
         s["inject"].append(Inject(match=match, error=error, times=times))
 
 
-def hang_at(path: str | os.PathLike[str], match: str, skip: int = 0, seconds: float = 3600) -> None:
+def hang_at(
+    path: str | os.PathLike[str],
+    match: str,
+    skip: int = 0,
+    seconds: float = 3600,
+    mode: HangMode = "sleep",
+) -> None:
     with edit(path) as s:
-        s["hang"].append(Hang(match=match, skip=skip, seconds=seconds))
+        s["hang"].append(Hang(match=match, skip=skip, seconds=seconds, mode=mode))
 
 
 def clear_knobs(path: str | os.PathLike[str]) -> None:
@@ -250,13 +276,47 @@ def clear_knobs(path: str | os.PathLike[str]) -> None:
 
 
 def reboot(path: str | os.PathLike[str]) -> None:
-    """A node reboot: pending MIG modes take effect, instances and processes are gone (MIG mode
-    persists, instances do not: ref §1.5)."""
+    """A node reboot: instances and processes are gone (ref §1.5). On Ampere the pending MIG mode
+    takes effect and persists (ref §2.4: "MIG mode survives a reboot on Ampere via an InfoROM
+    status bit"); on Hopper and later MIG mode is gone (core.mig_catalog.arch_for_name)."""
     with edit(path) as s:
         for g in s["gpus"]:
-            g["mig_current"] = g["mig_pending"]
-            g["gis"], g["processes"] = [], []
+            after_reset(g)
+            g["processes"] = []
         append_log(path, {"argv": ["<reboot>"], "rc": 0, "effects": {}})
+
+
+def after_reset(gpu: GpuState) -> None:
+    """What a GPU reset (or a reboot) leaves: no instances; Ampere's pending MIG mode current,
+    Hopper's MIG mode off (its MIG enablement lives in the driver, see reboot)."""
+    gpu["gis"] = []
+    if GPU_MODELS[gpu["model"]].arch == "ampere":
+        gpu["mig_current"] = gpu["mig_pending"]
+    else:
+        gpu["mig_current"] = gpu["mig_pending"] = False
+
+
+def kill_strays(path: str | os.PathLike[str]) -> int:
+    """SIGKILL every fake nvidia-smi call still running on this state file (calls whose caller
+    was killed, and the children of `hang` modes); returns how many. Linux /proc: a process of
+    the fake (`fakesmi` in its command line) with this state file in its environment."""
+    import signal
+
+    mark = f"{ENV_STATE}={os.fspath(path)}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"fakesmi" in cmdline and mark in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def write_wrapper(directory: str | os.PathLike[str], name: str = "nvidia-smi") -> Path:

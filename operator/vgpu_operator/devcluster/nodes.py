@@ -34,8 +34,11 @@ GPU_MODELS: dict[str, GpuModel] = {
     "A30": GpuModel("NVIDIA A30", 24576, True),
     "A100-SXM4-40GB": GpuModel("NVIDIA A100-SXM4-40GB", 40960, True),
     "A100-SXM4-80GB": GpuModel("NVIDIA A100-SXM4-80GB", 81920, True),
+    "A100-80GB-PCIe": GpuModel("NVIDIA A100 80GB PCIe", 81920, True),
     "H100-80GB-HBM3": GpuModel("NVIDIA H100 80GB HBM3", 81559, True),
+    "H100-NVL": GpuModel("NVIDIA H100 NVL", 95830, True),
     "H200": GpuModel("NVIDIA H200", 143771, True),
+    "GH200-144G": GpuModel("NVIDIA GH200 144G HBM3e", 146831, True),
     "RTX-4090": GpuModel("NVIDIA GeForce RTX 4090", 24564, False),
 }
 

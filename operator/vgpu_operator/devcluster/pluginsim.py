@@ -8,6 +8,13 @@ what the real plugin reads at start — the node-config ConfigMap its DaemonSet 
 its image version and args — and writes the node's `volcano.sh/node-vgpu-register` (and, up to
 v1.12.0, handshake) annotation and the allocatable it would register, computed by
 `fakeplugin.simulate_registration`. Nodes without GPUs get nothing (the real plugin fails).
+When a node's plugin pod is gone (its DaemonSet no longer places one there, or the DaemonSet is
+deleted) and no other runs there, the node's allocatable of the registered resources drops to 0,
+as kubelet does when a device plugin disconnects: its devices become unhealthy at once, the
+capacity stays for a grace period (kubernetes/kubernetes@v1.35.4:
+pkg/kubelet/cm/devicemanager/manager.go `PluginDisconnected`, `GetCapacity`). The register
+annotation stays, as the real plugin leaves it. So nodes have vGPU allocatable exactly where a
+plugin pod runs.
 """
 
 from __future__ import annotations
@@ -47,7 +54,10 @@ class PluginSimulator:
     name: str = "volcano-device-plugin"
     interval: float = 0.2
     registrations: list[Registration] = field(default_factory=list)
+    withdrawn: list[str] = field(default_factory=list)  # nodes whose plugin pod went, in order
     _done: set[str] = field(default_factory=set)
+    # node -> (the plugin pod that registered it, the resources it registered)
+    _serving: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
 
     def start(self) -> PluginSimulator:
@@ -74,12 +84,14 @@ class PluginSimulator:
         return [r for r in self.registrations if r.node == node]
 
     async def sync(self) -> list[Registration]:
-        """Register for every Running plugin pod not handled yet; returns what it did."""
+        """Register for every Running plugin pod not handled yet, and withdraw the resources of
+        nodes whose plugin pod is gone; returns the registrations it made."""
         try:
             ds = await kubeapi.request(
                 self.api, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.name}"
             )
         except kubeapi.NotFound:
+            await self._withdraw(set())
             return []
         view = workload_view(ds)
         selector = ",".join(f"{k}={v}" for k, v in view.match_labels.items())
@@ -90,18 +102,43 @@ class PluginSimulator:
             query={"labelSelector": selector},
         )
         done: list[Registration] = []
+        live: set[str] = set()
         for pod in pods.get("items") or []:
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
             uid, node = str(meta.get("uid")), spec.get("nodeName")
             running = (pod.get("status") or {}).get("phase") == "Running"
-            if uid in self._done or not node or not running or meta.get("deletionTimestamp"):
+            if not node or not running or meta.get("deletionTimestamp"):
+                continue
+            live.add(uid)
+            if uid in self._done:
                 continue
             reg = await self._register(view, pod, str(node))
             self._done.add(uid)
             record = Registration(str(node), str(meta.get("name")), uid, reg.mode, reg.problem)
             self.registrations.append(record)
             done.append(record)
+        await self._withdraw(live)
         return done
+
+    async def _withdraw(self, live: set[str]) -> None:
+        """Allocatable 0 for the resources of nodes whose registering plugin pod is gone
+        (`live`: the uids of the Running plugin pods)."""
+        for node in sorted(n for n, (uid, _) in self._serving.items() if uid not in live):
+            _, names = self._serving.pop(node)
+            self.withdrawn.append(node)
+            body = {"status": {"allocatable": dict.fromkeys(names, "0")}}
+            try:
+                await kubeapi.request(
+                    self.api,
+                    "PATCH",
+                    kubeapi.node_path(node) + "/status",
+                    body=body,
+                    content_type=kubeapi.MERGE_PATCH,
+                    field_manager=FIELD_MANAGER,
+                )
+            except kubeapi.NotFound:
+                continue
+            log.info("plugin pod on %s is gone: %s unregistered", node, ", ".join(names))
 
     async def _configmap_text(self, namespace: str, name: str, key: str) -> str | None:
         try:
@@ -167,4 +204,5 @@ class PluginSimulator:
             problem = f"kubelet would not register {sorted(reg.allocatable)}: {exc.status}"
             log.info("plugin pod on %s: %s", node, problem)
             return replace(reg, problem=problem)
+        self._serving[node] = (str((pod.get("metadata") or {}).get("uid")), sorted(reg.allocatable))
         return reg

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from vgpu_operator.core import mig_catalog
 from vgpu_operator.models.config_errors import ConfigError, ConfigIssue, validation_issues
 from vgpu_operator.models.volcano import MigGeometryEntry
 
@@ -187,6 +188,25 @@ class AscendVnpu(_Model):
 
 
 MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb([+-][a-z.]+)?$")
+# The scheduler encodes a MIG pick as `<GPU-UUID>[<group>-<position>]` and splits it on "-"
+# expecting two parts (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go);
+# the pod annotation joins fields, devices and containers with "," ":" ";" (nvidia/vgpu/utils.go
+# `encodePodDevices`). A group name with any of these, or brackets, breaks the pick.
+MIG_GROUP = re.compile(r"^[A-Za-z0-9_.]+$")
+MAX_COMPUTE_SLICES = 7  # the most any MIG GPU has (A100, H100, H200); A30 has 4
+
+
+def _compute_slices(models: list[str]) -> tuple[int, str]:
+    """The compute slices of the GPUs an entry's model strings match (substrings of
+    `NVIDIA-<NVML name>`): the fewest of the known models matched, else the most any MIG GPU
+    has; and the model that sets the limit."""
+    limit, which = MAX_COMPUTE_SLICES, ""
+    for gpu in mig_catalog.MIG_MODELS.values():
+        if any(m and m in f"NVIDIA-{gpu.nvml_name}" for m in models) and (
+            gpu.compute_slices < limit
+        ):
+            limit, which = gpu.compute_slices, gpu.nvml_name
+    return limit, which
 
 
 def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
@@ -202,12 +222,20 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
     if not entry.allowed_geometries:
         fail(".allowedGeometries", "needs at least one group", "add a group of MIG profiles")
     groups: set[str] = set()
+    limit, limited_by = _compute_slices(list(entry.models))
     for g, group in enumerate(entry.allowed_geometries):
         where = f".allowedGeometries[{g}]"
         if group.model_extra:
             fail(where, f"unknown keys {sorted(group.model_extra)}", "use group and geometries")
         if not group.group or group.group in groups:
             fail(where + ".group", "group names must be set and unique", "name each group once")
+        if not MIG_GROUP.match(group.group):
+            fail(
+                where + ".group",
+                f"{group.group!r}: the scheduler splits MIG device ids on '-' and the pod "
+                "annotation on ',', ':' and ';'",
+                "use letters, digits, '_' and '.' only (e.g. group1)",
+            )
         groups.add(group.group)
         if not group.geometries:
             fail(where + ".geometries", "needs at least one profile", "add name/memory/count")
@@ -221,6 +249,16 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
                 fail(at + ".memory", "must be > 0", "give the profile's memory in MiB")
             if not 1 <= tmpl.count <= 7:
                 fail(at + ".count", "must be 1..7", "give how many of this profile the group has")
+        used = sum(int(t.name.split("g.", 1)[0]) * t.count for t in group.geometries)
+        if used > limit:
+            gpu = f"{limited_by} has" if limited_by else "no MIG GPU has more than"
+            fail(
+                where + ".geometries",
+                f"the group needs {used} compute slices (the <G> of <G>g.<GB>gb times the count), "
+                f"but {gpu} {limit}: the device plugin's nvidia-mig-parted apply fails, which "
+                "stops the plugin",
+                f"keep each group within {limit} compute slices",
+            )
 
 
 class MigGeometries(_Model):

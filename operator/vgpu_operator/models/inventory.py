@@ -13,6 +13,7 @@ profile and a full layout stays a few KiB (tested) against the 256 KiB annotatio
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,13 +45,35 @@ class ComputeInstance(_Model):
     size: int | None = None
 
 
+_PARTIAL_CI = re.compile(r"^\d+c\.")  # "1c.3g.20gb": a compute instance of part of a GI
+
+
 class GpuInstance(_Model):
     id: int
     profile_id: int
     name: str
     start: int
-    size: int
+    size: int  # memory slices
     cis: list[ComputeInstance] = Field(default_factory=list)
+
+    @property
+    def slices(self) -> int:
+        """Compute slices: the G of `<G>g.<GB>gb` (0 when the name has no such prefix)."""
+        head = self.name.split("g.", 1)[0]
+        return int(head) if head.isdigit() else 0
+
+    @property
+    def full(self) -> bool:
+        """Exactly one compute instance, and it spans the GPU instance, whatever its profile ID:
+        0 for a 1g instance on Ampere, 7 in Hopper's 1g double-memory instances (`-cgi 15 -C` on
+        an H100: "using profile MIG 1g.20gb (ID  7)"). A CI spans its GI when its name has no
+        `<N>c.` prefix and, where `-lci` prints a placement, it covers every compute slice."""
+        if len(self.cis) != 1:
+            return False
+        ci = self.cis[0]
+        if _PARTIAL_CI.match(ci.name):
+            return False
+        return ci.size is None or not self.slices or ci.size == self.slices
 
 
 class ProcessInfo(_Model):
@@ -74,6 +97,8 @@ class GpuInfo(_Model):
     profiles_source: Literal["driver", "catalog", "none"] = "none"
     instances: list[GpuInstance] = Field(default_factory=list)
     processes: list[ProcessInfo] = Field(default_factory=list)
+    # Why the GPU is unhealthy: an nvidia-smi call on it could not be ended (stuck in the driver).
+    unhealthy: str | None = None
 
     def profile(self, key: str | int) -> ProfileInfo | None:
         for p in self.profiles:

@@ -13,7 +13,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vgpu_operator import contract
 from vgpu_operator.models.policy import AscendVnpuSpec, HamiCoreSpec, MigSpec, Taint
+
+# The GPU Operator's mig-manager (mig-anchors.md §2): its DaemonSet runs on nodes labelled
+# `nvidia.com/gpu.deploy.mig-manager=true` (NVIDIA/gpu-operator
+# assets/state-mig-manager/0600_daemonset.yaml) and applies the mig-parted config the node's
+# `nvidia.com/mig.config` label names. A policy's `disableNvidiaMigManager` sets the first to
+# "false" on its nodes; the agent applies no static layout where the manager is configured.
+GPU_OPERATOR_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+GPU_OPERATOR_MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 
 class NodeConfig(BaseModel):
@@ -40,6 +49,11 @@ class NodeConfig(BaseModel):
         if not raw:
             return None
         return cls.model_validate_json(raw)
+
+    @property
+    def device_plugin(self) -> contract.DevicePlugin | None:
+        """The device plugin that serves the node in this configuration (None: NVIDIA's)."""
+        return contract.device_plugin_for(self.mode, self.mig.partitioning if self.mig else None)
 
     def same_hardware_as(self, other: NodeConfig | None) -> bool:
         """True when the GPUs need no change between the two (mode and MIG layout agree)."""

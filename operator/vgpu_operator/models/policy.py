@@ -262,6 +262,13 @@ class VGPUNodePolicySpec(Model):
         description="Label the pool's nodes nvidia.com/gpu.deploy.device-plugin=false so the "
         "GPU Operator's device plugin leaves them; restored when a node leaves the pool.",
     )
+    disable_nvidia_mig_manager: bool = Field(
+        default=False,
+        alias="disableNvidiaMigManager",
+        description="Label the pool's nodes nvidia.com/gpu.deploy.mig-manager=false so the GPU "
+        "Operator's mig-manager leaves them (one MIG manager per GPU: the node agent applies no "
+        "static layout where it is configured); restored when a node leaves the pool.",
+    )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     suspend: bool = False
 

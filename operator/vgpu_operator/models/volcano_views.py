@@ -1,7 +1,9 @@
 """Read-only views of objects the operator does not own the format of: the Volcano scheduler conf
 (its deviceshare arguments), and DaemonSets/Deployments (container image tag = version, args
-as flags, placement). Values are typed the way Volcano reads them: a deviceshare switch counts
-only when it is a YAML boolean (`framework.Arguments.GetBool`: a quoted "true" is ignored).
+as flags, placement). Values are typed the way Volcano reads them (`framework.Arguments.GetBool`):
+up to v1.14 a deviceshare switch counts only when it is a YAML boolean (a quoted "true" is
+ignored); from v1.15.0 a string is parsed with Go's `strconv.ParseBool`
+(volcano-sh/volcano@v1.15.0:pkg/scheduler/framework/arguments.go).
 """
 
 from __future__ import annotations
@@ -86,19 +88,58 @@ class PluginEntry:
     arguments: Mapping[str, Any]
 
 
+# Go's strconv.ParseBool: exactly these spellings, anything else is an error.
+_GO_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
+
+
+def go_parse_bool(text: str) -> bool | None:
+    """`strconv.ParseBool(text)`; None where Go returns an error."""
+    return _GO_BOOLS.get(text)
+
+
 @dataclass(frozen=True)
 class DeviceshareArgs:
-    """The deviceshare plugin's arguments, read as Volcano reads them."""
+    """The deviceshare plugin's arguments, read as Volcano reads them.
+
+    `string_bools`: whether the scheduler parses a string switch with `strconv.ParseBool` (True
+    from v1.15.0), or only takes YAML booleans (False, up to v1.14), or unknown (None: the image
+    tag names no version). A switch the scheduler cannot read keeps its default, false.
+    """
 
     raw: Mapping[str, Any] = field(default_factory=dict)
+    string_bools: bool | None = False
+
+    def _readings(self, key: str) -> set[bool]:
+        """What the switch can be read as, over the possible semantics (one value when known)."""
+        value = self.raw.get(f"deviceshare.{key}")
+        if isinstance(value, bool):
+            return {value}
+        parsed = go_parse_bool(value) if isinstance(value, str) else None
+        if parsed is None or self.string_bools is False:
+            return {False}
+        return {parsed} if self.string_bools else {parsed, False}
 
     def flag(self, key: str) -> bool:
-        return self.raw.get(f"deviceshare.{key}") is True
+        """The scheduler surely reads the switch as true."""
+        return self._readings(key) == {True}
+
+    def maybe(self, key: str) -> bool:
+        """The scheduler may read the switch as true (the same as `flag` when its version is
+        known; with an unknown version, a string the newer versions parse as true)."""
+        return True in self._readings(key)
 
     def mistyped(self, key: str) -> bool:
-        """Set, but not a YAML boolean: Volcano logs a warning and keeps the default (false)."""
+        """Set, but not a value this scheduler reads as a boolean: Volcano logs a warning and
+        keeps the default (false)."""
         full = f"deviceshare.{key}"
-        return full in self.raw and not isinstance(self.raw[full], bool)
+        if full not in self.raw or isinstance(self.raw[full], bool):
+            return False
+        value = self.raw[full]
+        readable = isinstance(value, str) and go_parse_bool(value) is not None
+        return not (readable and self.string_bools is True)
 
     def string(self, key: str, default: str) -> str:
         value = self.raw.get(f"deviceshare.{key}")
@@ -138,6 +179,7 @@ class SchedulerConfView:
     raw: Mapping[str, Any]
     plugins: tuple[PluginEntry, ...]
     configurations: tuple[Mapping[str, Any], ...]
+    string_bools: bool | None = False  # see DeviceshareArgs
 
     def plugins_named(self, name: str) -> list[PluginEntry]:
         return [p for p in self.plugins if p.name == name]
@@ -149,7 +191,7 @@ class SchedulerConfView:
     @property
     def deviceshare(self) -> DeviceshareArgs:
         plugin = self.plugin("deviceshare")
-        return DeviceshareArgs(plugin.arguments if plugin else {})
+        return DeviceshareArgs(plugin.arguments if plugin else {}, self.string_bools)
 
     def configuration(self, name: str) -> Mapping[str, Any] | None:
         """The `arguments` of a `configurations:` entry (e.g. init-params)."""
@@ -160,8 +202,9 @@ class SchedulerConfView:
         return None
 
 
-def parse_scheduler_conf(text: str) -> SchedulerConfView:
-    """`volcano-scheduler.conf`; raises PayloadError when it is not a YAML mapping."""
+def parse_scheduler_conf(text: str, string_bools: bool | None = False) -> SchedulerConfView:
+    """`volcano-scheduler.conf`; raises PayloadError when it is not a YAML mapping.
+    `string_bools`: how the scheduler reads string switches (see DeviceshareArgs)."""
     raw = load_yaml_mapping(text, "volcano-scheduler.conf")
     plugins: list[PluginEntry] = []
     tiers = raw.get("tiers")
@@ -182,7 +225,9 @@ def parse_scheduler_conf(text: str) -> SchedulerConfView:
             )
     confs = raw.get("configurations")
     configurations = tuple(c for c in (confs or []) if isinstance(c, Mapping))
-    return SchedulerConfView(raw=raw, plugins=tuple(plugins), configurations=configurations)
+    return SchedulerConfView(
+        raw=raw, plugins=tuple(plugins), configurations=configurations, string_bools=string_bools
+    )
 
 
 # --- workloads (DaemonSets, Deployments) ----------------------------------------------------

@@ -52,10 +52,12 @@ def fake(
 
 def test_ampere_mode_is_pending_until_a_reset_of_that_gpu(fake: Fake) -> None:
     fake.init("A100-SXM4-80GB", 2)
+    fs.add_process(fake.path, 1, 11)  # a client holds GPU 1: its driver cannot reset it now
     out, rc = fake("-i", "1", "-mig", "1")
     assert rc == 0 and "pending enable state" in out and out.endswith("All done.\n")
     assert (fake.gpu(1)["mig_current"], fake.gpu(1)["mig_pending"]) == (False, True)
     assert fake.gpu(0)["mig_pending"] is False
+    fs.clear_processes(fake.path)
     assert fake("-i", "1", "-r")[1] == 0
     assert (fake.gpu(1)["mig_current"], fake.gpu(1)["mig_pending"]) == (True, True)
     assert fs.count_effect(fake.path, "reset") == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from vgpu_operator.core.mig import Plan, StepKind, synthetic_gpu
-from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES, GPU_MODELS, gi_heap_id
+from vgpu_operator.core.mig_catalog import GPU_MODELS, gi_heap_id
 from vgpu_operator.models.inventory import (
     ComputeInstance,
     GpuInfo,
@@ -41,6 +41,8 @@ def gpu(
     procs = [ProcessInfo(pid=1000 + i, name="python") for i in range(processes)]
     return base.model_copy(
         update={
+            # as a driver reports it that lists profiles also while MIG is off (R550+)
+            "profiles_source": "driver",
             "instances": gis,
             "processes": procs,
             "mig_pending": base.mig_pending if pending is None else pending,
@@ -106,8 +108,9 @@ def simulate(inv: Inventory, plan: Plan) -> Inventory:
             )
         elif step.kind == StepKind.CREATE_CI:
             (gi,) = [x for x in gis if x.id == step.gi]
-            slices = int(gi.name.split("g.")[0])
-            ci = ComputeInstance(id=0, profile_id=CI_PROFILE_BY_SLICES[slices], name=gi.name)
+            p = model.profile(gi.profile_id)
+            assert p is not None
+            ci = ComputeInstance(id=0, profile_id=p.ci_profile_id, name=gi.name)
             gis[gis.index(gi)] = gi.model_copy(update={"cis": [ci]})
         gpus[step.gpu] = g.model_copy(
             update={"instances": gis, "mig_current": current, "mig_pending": pending}

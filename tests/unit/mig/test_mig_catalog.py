@@ -18,8 +18,78 @@ def ids(model: str) -> dict[str, int]:
 
 
 def test_required_models_are_present() -> None:
-    assert set(MIG_MODELS) == {"A30", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100 80GB HBM3", "H200"}
+    assert set(MIG_MODELS) == {
+        "A30",
+        "A100-SXM4-40GB",
+        "A100-PCIE-40GB",
+        "A100-SXM4-80GB",
+        "A100 80GB PCIe",
+        "H100 80GB HBM3",
+        "H100 PCIe",
+        "H100 NVL",
+        "H800",
+        "H200",
+        "GH200 144G HBM3e",
+    }
     assert not GPU_MODELS["RTX 4090"].mig_capable
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [  # NVML names as nvidia-smi prints them (sources in core.mig_catalog)
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H800", "H800"),
+        ("NVIDIA GH200 144G HBM3e", "GH200 144G HBM3e"),
+    ],
+)
+def test_pcie_nvl_and_export_skus_are_known(name: str, key: str) -> None:
+    model = model_for_name(name)
+    assert model is not None and model.key == key and model.mig_capable
+
+
+def test_skus_share_the_geometry_mig_parted_gives_them() -> None:
+    same = [("A100-PCIE-40GB", "A100-SXM4-40GB"), ("A100 80GB PCIe", "A100-SXM4-80GB")]
+    same += [("H100 PCIe", "H100 80GB HBM3"), ("H800", "H100 80GB HBM3")]
+    for sku, base in same:
+        assert MIG_MODELS[sku].profiles == MIG_MODELS[base].profiles
+
+
+def test_values_from_real_listings() -> None:
+    from tests.unit.agent.agentkit import transcript
+    from vgpu_operator.agent.parse import parse_lgip
+
+    for name, key in (
+        ("lgip_h200_gpu2_excerpt.txt", "H200"),  # NVIDIA/mig-parted#120
+        ("lgip_h100_nvl_excerpt.txt", "H100 NVL"),  # NVIDIA/gpu-operator#900
+        ("lgip_gh200_144g_excerpt.txt", "GH200 144G HBM3e"),  # NVIDIA/mig-parted#139
+        ("lgip_a100_pcie_40gb_r510.txt", "A100-PCIE-40GB"),  # yokatayama/e-learning
+    ):
+        model = MIG_MODELS[key]
+        for row in parse_lgip(transcript(name)):
+            p = model.profile(row.id)
+            assert p is not None and p.name == row.name, (key, row)
+            assert (p.max_count, p.sm, p.dec, p.enc) == (row.total, row.sm, row.dec, row.enc)
+            if key != "A100-PCIE-40GB":  # driver 510 printed other GiB (fakesmi_render)
+                assert p.memory_gib == row.memory_gib, (key, row)
+
+
+def test_a100_80gb_corrections() -> None:
+    a100 = MIG_MODELS["A100-SXM4-80GB"]
+    # GA100's decoders per 2g/3g/4g instance in a real listing: 1/2/2 (core.mig_catalog)
+    assert [a100.profile(n).dec for n in ("2g.20gb", "3g.40gb", "4g.40gb")] == [1, 2, 2]  # type: ignore[union-attr]
+    assert a100.profile("1g.20gb").since_driver == 525  # type: ignore[union-attr]
+
+
+def test_architecture_by_name() -> None:
+    from vgpu_operator.core.mig_catalog import arch_for_name
+
+    assert arch_for_name("NVIDIA A800-SXM4-80GB") == "ampere"  # not in the catalog
+    assert arch_for_name("NVIDIA A30") == "ampere"
+    assert arch_for_name("NVIDIA B200") == "hopper"  # Hopper and later: no reset needed
+    assert arch_for_name("NVIDIA H100 NVL") == "hopper"
 
 
 @pytest.mark.parametrize(
@@ -42,9 +112,10 @@ def test_profile_ids_per_model(model: str, expected: dict[str, int]) -> None:
 
 def test_unconfirmed_entries_are_marked() -> None:
     h200 = MIG_MODELS["H200"]
-    for name in ("1g.35gb", "3g.71gb", "4g.71gb"):  # ref §3.9: "(ID UNCONFIRMED)"
+    for name in ("1g.35gb", "3g.71gb", "4g.71gb"):  # confirmed by NVIDIA/mig-parted#120
         p = h200.profile(name)
-        assert p is not None and "UNCONFIRMED" in p.unconfirmed
+        assert p is not None and "UNCONFIRMED" not in p.unconfirmed
+    assert "UNCONFIRMED" in MIG_MODELS["H100 NVL"].profile("7g.94gb").unconfirmed  # type: ignore[union-attr]
     a30 = MIG_MODELS["A30"].profile("2g.12gb+me")
     assert a30 is not None and "UNCONFIRMED" in a30.unconfirmed  # ref: "ID not seen"
 
@@ -75,7 +146,8 @@ def test_geometry_is_consistent(key: str) -> None:
         assert p.name.startswith(f"{p.slices}g.")
         assert all(s >= 0 and s + p.size <= m.memory_slices for s in p.placements)
         assert p.max_count <= len(p.placements)
-        assert p.ci_profile_id == CI_PROFILE_BY_SLICES[p.slices]
+        hopper_1g = m.arch == "hopper" and p.id == 15
+        assert p.ci_profile_id == (7 if hopper_1g else CI_PROFILE_BY_SLICES[p.slices])
     full = max(m.profiles, key=lambda p: p.slices)
     assert (full.slices, full.size) == (m.compute_slices, m.memory_slices)
 

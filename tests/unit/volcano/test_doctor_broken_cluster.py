@@ -141,10 +141,10 @@ def test_every_break_is_named() -> None:
         "device-config-rendered",
         "node-config-rendered",
         "restart-needed",
+        "plugin-placement",  # the toleration for the policy taint
     } <= fixable
-    # placement, versions and user pods are only ever reported
+    # versions and user pods are only ever reported
     assert not fixable & {
-        "plugin-placement",
         "version-handshake",
         "stranded-pods",
         "nvidia-device-plugin-conflict",

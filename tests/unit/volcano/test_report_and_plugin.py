@@ -44,6 +44,9 @@ EXPECTED_RULES = {
     "stranded-pods",
     "legacy-gpu-sharing",
     "ascend-mindcluster",
+    "ascend-node-config-file",
+    "plugin-node-overrides",
+    "settings-without-effect",
 }
 
 

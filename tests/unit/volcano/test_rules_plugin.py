@@ -8,12 +8,17 @@ from typing import Any
 from tests.unit.volcano.volcano_fixtures import (
     edit,
     findings,
+    gpu_node,
     healthy,
     pod,
     replace,
     seed002,
 )
 from vgpu_operator.core.rules import Finding, ObjectRef
+from vgpu_operator.core.rules.placement import placements
+from vgpu_operator.models.config import load_config
+from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.models.policy import MigLayout, MigSpec
 
 DS = ObjectRef(kind="DaemonSet", name="volcano-device-plugin", namespace="kube-system")
 SEED_DS = ObjectRef(kind="DaemonSet", name="volcano-device-plugin", namespace="volcano-system")
@@ -136,27 +141,104 @@ def test_names_outside_volcano_sh_are_prefixed_by_v1_12() -> None:
     assert findings(healthy(), "plugin-resource-name-prefix") == []
 
 
-def test_the_plugin_must_tolerate_the_policy_taint() -> None:
+PLACE = "vgpu.volcano.sh/device-plugin"
+SHIPPED_TOLERATIONS = [
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+    {"key": "volcano.sh/gpu-memory", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def shipped(ds: dict[str, Any]) -> None:
+    """The DaemonSet as HAMi ships it (v1.12.0): no nodeSelector, two tolerations."""
+    spec = ds["spec"]["template"]["spec"]
+    spec.pop("nodeSelector", None)
+    spec["tolerations"] = [dict(t) for t in SHIPPED_TOLERATIONS]
+
+
+def test_the_shipped_plugin_gets_the_exact_placement_patch() -> None:
+    # c5c2959: one error per node ("add a toleration ... to the DaemonSet"), no patch, not
+    # fixable by the operator
+    snap = edit(healthy(), "daemonsets", "volcano-device-plugin", shipped)
+    got = findings(snap, "plugin-placement")
+    patch = (
+        '{"spec":{"template":{"spec":{"nodeSelector":{"vgpu.volcano.sh/device-plugin":"hami"},'
+        '"tolerations":[{"key":"CriticalAddonsOnly","operator":"Exists"},{"effect":"NoSchedule",'
+        '"key":"volcano.sh/gpu-memory","operator":"Exists"},{"effect":"NoSchedule",'
+        '"key":"volcano.sh/vgpu","operator":"Equal","value":"hami"}]}}}}'
+    )
+    assert got == [
+        Finding(
+            id="plugin-placement",
+            severity="error",
+            objects=(DS,),
+            message="the vGPU device plugin does not run exactly on the 2 node(s) labelled "
+            f"{PLACE}=hami: not on gpu-a (it does not tolerate volcano.sh/vgpu=hami:NoSchedule); "
+            "gpu-b (it does not tolerate volcano.sh/vgpu=hami:NoSchedule)",
+            fix="kubectl -n kube-system patch daemonset volcano-device-plugin --type=strategic "
+            f"-p '{patch}' (enforce mode applies it; it restarts the plugin pods, so it counts "
+            "as a restart under restarts.minIntervalSeconds)",
+            fixable_by_operator=True,
+        )
+    ]
+    assert findings(healthy(), "plugin-placement") == []
+
+
+def test_a_plugin_on_a_static_mig_node_is_an_error() -> None:
+    # c5c2959: static MIG nodes count as vGPU nodes; a plugin reaching them is not reported
+    static = NodeConfig(
+        mode="mig",
+        policy="h100-static",
+        generation=1,
+        mig=MigSpec(partitioning="static", layout=[MigLayout(profiles={"1g.10gb": 7})]),
+    )
+    snap = healthy()
+    snap = replace(
+        snap,
+        nodes=[
+            *snap.nodes,
+            gpu_node("h100-0", "H100-80GB-HBM3", 8, released=static, tainted=False),
+        ],
+    )
+    snap = edit(
+        snap,
+        "daemonsets",
+        "volcano-device-plugin",
+        lambda d: d["spec"]["template"]["spec"].pop("nodeSelector"),
+    )
+    [got] = findings(snap, "plugin-placement")
+    assert got.severity == "error" and got.fixable_by_operator
+    assert got.message.endswith("but on h100-0 (static MIG: NVIDIA's device plugin serves it)")
+    assert '"nodeSelector":{"vgpu.volcano.sh/device-plugin":"hami"}' in got.fix
+    assert '"tolerations"' not in got.fix  # it tolerates the policy taint already
+
+
+def test_a_placement_that_is_right_by_chance_is_a_warning() -> None:
     snap = edit(
         healthy(),
         "daemonsets",
         "volcano-device-plugin",
-        lambda d: d["spec"]["template"]["spec"]["tolerations"].pop(),
+        lambda d: d["spec"]["template"]["spec"].update(
+            nodeSelector={"nvidia.com/gpu.present": "true"}
+        ),
     )
-    got = findings(snap, "plugin-placement")
-    assert got[0] == Finding(
-        id="plugin-placement",
-        severity="error",
-        objects=(DS, ObjectRef(kind="Node", name="gpu-a")),
-        message="the vGPU device plugin does not tolerate volcano.sh/vgpu=hami:NoSchedule (set "
-        "by the policy) on gpu-a, so it never runs there",
-        fix="add a toleration for volcano.sh/vgpu to the DaemonSet",
+    [got] = findings(snap, "plugin-placement")
+    assert got.severity == "warning"
+    assert "a node joining a static-MIG or whole-gpu pool would get it" in got.message
+    assert got.fix.startswith(
+        "kubectl -n kube-system patch daemonset volcano-device-plugin --type=strategic -p "
+        '\'{"spec":{"template":{"spec":{"nodeSelector":{"vgpu.volcano.sh/device-plugin":"hami"}}}}}\''
     )
-    assert [f.objects[1].name for f in got] == ["gpu-a", "gpu-b"]
-    assert findings(healthy(), "plugin-placement") == []
 
 
-def test_the_plugin_must_select_every_managed_node() -> None:
+def test_no_patch_when_restarts_are_not_allowed() -> None:
+    snap = healthy(load_config("restarts: {allowed: false}"))
+    snap = edit(snap, "daemonsets", "volcano-device-plugin", shipped)
+    [got] = findings(snap, "plugin-placement")
+    assert not got.fixable_by_operator
+    assert got.fix.endswith("(the operator does not apply it while restarts.allowed is false)")
+
+
+def test_the_users_own_selector_excluding_pool_nodes_is_reported_not_patched() -> None:
     snap = edit(
         healthy(),
         "daemonsets",
@@ -165,9 +247,14 @@ def test_the_plugin_must_select_every_managed_node() -> None:
     )
     got = findings(snap, "plugin-placement")
     assert [f.message for f in got] == [
-        "the vGPU device plugin cannot run on gpu-a: its nodeSelector needs gpu=on",
-        "the vGPU device plugin cannot run on gpu-b: its nodeSelector needs gpu=on",
+        "the vGPU device plugin cannot run on gpu-a: its nodeSelector needs gpu=on (the "
+        "DaemonSet's own placement; the operator does not override it)",
+        "the vGPU device plugin cannot run on gpu-b: its nodeSelector needs gpu=on (the "
+        "DaemonSet's own placement; the operator does not override it)",
     ]
+    assert not any(f.fixable_by_operator for f in got)
+    [p] = placements(snap)
+    assert p.patch is None and [n for n, _ in p.excluded] == ["gpu-a", "gpu-b"]
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -193,7 +280,26 @@ def test_the_plugin_must_select_every_managed_node() -> None:
     )
     assert [f.message for f in findings(snap, "plugin-placement")] == [
         "the vGPU device plugin cannot run on gpu-b: its required node affinity matches none "
-        "of the node's labels"
+        "of the node's labels (the DaemonSet's own placement; the operator does not override it)"
+    ]
+
+
+def test_an_unmanaged_cluster_is_checked_node_by_node() -> None:
+    # no node carries the operator's released config: no placement to keep, the old check
+    snap = healthy()
+    for node in snap.nodes:
+        node["metadata"]["annotations"].pop("vgpu.volcano.sh/config")
+    snap = edit(
+        snap,
+        "daemonsets",
+        "volcano-device-plugin",
+        lambda d: d["spec"]["template"]["spec"]["tolerations"].pop(),
+    )
+    got = findings(snap, "plugin-placement")
+    assert [f.message for f in got] == [
+        "the vGPU device plugin does not tolerate volcano.sh/vgpu=hami:NoSchedule (set by the "
+        f"policy) on {n}, so it never runs there"
+        for n in ("gpu-a", "gpu-b")
     ]
 
 

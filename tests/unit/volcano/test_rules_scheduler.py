@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.volcano.volcano_fixtures import (
+    deployment,
     edit,
     findings,
     healthy,
@@ -50,15 +51,61 @@ def test_no_deviceshare_at_all_in_the_old_predicates_seed() -> None:
     ]
 
 
-def test_a_quoted_true_is_reported_as_off() -> None:
+def on_scheduler(version: str, conf: str) -> ClusterSnapshot:
+    return with_conf(conf, replace(healthy(), deployments=[deployment(version)]))
+
+
+def quoted(conf: str, key: str, value: str) -> str:
+    return conf.replace(
+        "deviceshare.VGPUEnable: true", f'deviceshare.VGPUEnable: true\n      {key}: "{value}"'
+    )
+
+
+def test_a_quoted_true_is_off_up_to_v1_14_and_on_from_v1_15() -> None:
     conf = text("seed000_scheduler.conf").replace(
         "deviceshare.VGPUEnable: true", 'deviceshare.VGPUEnable: "true"'
     )
-    got = findings(with_conf(conf), "scheduler-vgpu-enabled")
+    got = findings(on_scheduler("v1.14.4", conf), "scheduler-vgpu-enabled")
     assert [f.message for f in got] == [
-        "deviceshare.VGPUEnable is 'true', not a YAML boolean; Volcano ignores it and vGPU "
-        f"stays off: {UAE_TAIL}"
+        "deviceshare.VGPUEnable is 'true', a string: Volcano v1.14.4 reads only YAML booleans "
+        f"(strings are parsed from v1.15.0) and ignores it, so vGPU stays off: {UAE_TAIL}"
     ]
+    # c5c2959 reported the same error on v1.15.x, where strconv.ParseBool reads it as true
+    assert findings(on_scheduler("v1.15.0", conf), "scheduler-vgpu-enabled") == []
+    assert findings(on_scheduler("v1.15.1", conf), "scheduler-vgpu-enabled") == []
+    unknown = on_scheduler("latest", conf)
+    [got_unknown] = findings(unknown, "scheduler-vgpu-enabled")
+    assert "the scheduler's version is unknown from its image tag" in got_unknown.message
+    spelled = conf.replace('"true"', '"yes"')  # not a ParseBool spelling: off everywhere
+    [bad] = findings(on_scheduler("v1.15.1", spelled), "scheduler-vgpu-enabled")
+    assert bad.message.startswith(
+        "deviceshare.VGPUEnable is 'yes', which Volcano cannot read as a boolean"
+    )
+
+
+def test_a_quoted_gpu_sharing_switch_is_fatal_from_v1_15() -> None:
+    conf = quoted(text("seed000_scheduler.conf"), "deviceshare.GPUSharingEnable", "true")
+    # c5c2959: no finding; Volcano v1.15 parses "true" and exits (klog.Fatal)
+    [got] = findings(on_scheduler("v1.15.1", conf), "scheduler-fatal-combination")
+    assert got.message.startswith(
+        "deviceshare enables VGPUEnable and GPUSharingEnable together: vc-scheduler exits"
+    )
+    assert findings(on_scheduler("v1.14.4", conf), "scheduler-fatal-combination") == []
+    # unknown version: it may be fatal, so it is reported
+    assert findings(on_scheduler("latest", conf), "scheduler-fatal-combination") != []
+    off = quoted(text("seed000_scheduler.conf"), "deviceshare.GPUSharingEnable", "false")
+    assert findings(on_scheduler("v1.15.1", off), "scheduler-fatal-combination") == []
+
+
+def test_a_quoted_ascend_switch_counts_from_v1_15() -> None:
+    cfg = load_config("ascendVnpu: {enabled: true}")
+    conf = quoted(text("seed000_scheduler.conf"), "deviceshare.AscendHAMiVNPUEnable", "true")
+    base = with_conf(conf, healthy(cfg))
+    new = replace(base, deployments=[deployment("v1.15.1")])
+    old = replace(base, deployments=[deployment("v1.14.4")])
+    assert findings(new, "scheduler-ascend-hami") == []
+    [got] = findings(old, "scheduler-ascend-hami")
+    assert "'true', a string: Volcano v1.14.4 reads only YAML booleans" in got.message
 
 
 def test_vgpu_enabled_passes_on_the_vgpu_seeds() -> None:

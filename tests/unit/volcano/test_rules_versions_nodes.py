@@ -182,8 +182,9 @@ def test_a_mig_model_the_scheduler_cannot_match() -> None:
                     kind="ConfigMap", name="volcano-vgpu-device-config", namespace="kube-system"
                 ),
             ),
+            # the GPU named once (c5c2959: 'NVIDIA-NVIDIA A100-SXM4-40GB')
             message="no knownMigGeometries model in kube-system/volcano-vgpu-device-config "
-            "matches 'NVIDIA-NVIDIA A100-SXM4-40GB' on gpu-b: the scheduler treats the node as "
+            "matches the NVIDIA A100-SXM4-40GB GPUs of gpu-b: the scheduler treats the node as "
             "hami-core ('mig type not found', vvdp #102) while its plugin runs MIG",
             fix="the operator appends the entry",
             fixable_by_operator=True,
@@ -194,15 +195,15 @@ def test_a_mig_model_the_scheduler_cannot_match() -> None:
 
 def test_a_mig_model_nothing_knows_needs_a_catalog_entry() -> None:
     nvl = gpu_node("gpu-n", "H200", 1, released=NodeConfig(mode="mig"))
-    nvl["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H100-NVL"
+    nvl["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-B200"
     got = findings(replace(healthy(), nodes=[*healthy().nodes, nvl]), "mig-geometry-coverage")
     assert [(f.message, f.fix, f.fixable_by_operator) for f in got] == [
         (
-            "no knownMigGeometries model in kube-system/volcano-vgpu-device-config matches "
-            "'NVIDIA-NVIDIA-H100-NVL' on gpu-n (model taken from the GFD label 'NVIDIA-H100-NVL'; "
+            "no knownMigGeometries model in kube-system/volcano-vgpu-device-config matches the "
+            "NVIDIA-B200 GPUs of gpu-n (model taken from the GFD label 'NVIDIA-B200'; "
             "the real NVML name may differ): the scheduler treats the node as hami-core ('mig type "
             "not found', vvdp #102) while its plugin runs MIG",
-            "add an entry whose models include a substring of 'NVIDIA-H100-NVL' to "
+            "add an entry whose models include a substring of 'NVIDIA-B200' to "
             "migGeometries.catalog in the operator config",
             False,
         )
@@ -272,7 +273,8 @@ def test_a_model_the_agent_reports_is_covered_by_the_operator() -> None:
     assert [(f.objects[0].name, f.fix, f.fixable_by_operator) for f in got] == [
         ("gpu-n", "the operator appends the entry", True)
     ]
-    assert "'NVIDIA-NVIDIA H100 NVL'" in got[0].message
+    assert "matches the NVIDIA H100 NVL GPUs of gpu-n" in got[0].message
+    assert "NVIDIA-NVIDIA" not in got[0].message
 
 
 def test_mig_coverage_when_the_scheduler_runs_on_its_fallback() -> None:
@@ -286,8 +288,8 @@ def test_mig_coverage_when_the_scheduler_runs_on_its_fallback() -> None:
     got = findings(snap, "mig-geometry-coverage")
     assert [(f.message, f.fix, f.fixable_by_operator) for f in got] == [
         (
-            "no knownMigGeometries model in the built-in defaults matches "
-            "'NVIDIA-NVIDIA A100-SXM4-40GB' on gpu-b: the scheduler treats the node as hami-core "
+            "no knownMigGeometries model in the built-in defaults matches the "
+            "NVIDIA A100-SXM4-40GB GPUs of gpu-b: the scheduler treats the node as hami-core "
             "('mig type not found', vvdp #102) while its plugin runs MIG",
             "point the scheduler at kube-system/volcano-vgpu-device-config, which covers the model "
             "(see device-config-location)",

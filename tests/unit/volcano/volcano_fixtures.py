@@ -143,6 +143,8 @@ def gpu_node(
             contract.LABEL_MODE: released.mode,
             **contract.DEFAULT_NODE_LABELS,
         }
+        if released.device_plugin is not None:
+            labels[contract.LABEL_DEVICE_PLUGIN] = released.device_plugin
         annotations[contract.ANN_CONFIG] = released.to_annotation()
         annotations[contract.ANN_TARGET] = released.to_annotation()
         if tainted:
@@ -191,10 +193,14 @@ def plugin_pod(
 
 
 def healthy_daemonset() -> dict[str, Any]:
+    """The shipped DaemonSet as the operator places it: on the nodes labelled for HAMi's
+    plugin, tolerating the policy taint."""
     ds = obj("manifest_plugin_daemonset.yaml")
-    ds["spec"]["template"]["spec"]["tolerations"].append(
+    spec = ds["spec"]["template"]["spec"]
+    spec["tolerations"].append(
         {"key": "volcano.sh/vgpu", "operator": "Exists", "effect": "NoSchedule"}
     )
+    spec["nodeSelector"] = {contract.LABEL_DEVICE_PLUGIN: "hami"}
     return ds
 
 

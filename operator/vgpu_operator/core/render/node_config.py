@@ -10,12 +10,17 @@ Ownership: the ConfigMap's annotation `vgpu.volcano.sh/owned-entries` is a JSON 
 - An owned entry whose node left the desired set is removed.
 - Every other entry is left exactly as it was, in place.
 The times tell the restart logic which node's plugin pod read an outdated entry.
+
+A static-MIG node belongs to NVIDIA's device plugin (HAMi's does not run there, see
+`core.render.placement`); its entry is `hami-core` with every GPU in `filterdevices`, so a stray
+HAMi plugin pod (v1.12+) registers nothing and never runs `nvidia-mig-parted` over the layout
+(`operatingmode: mig` would: Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/plugin/server.go).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from vgpu_operator.contract import ANN_OWNED_ENTRIES
@@ -47,6 +52,9 @@ NODE_FIELDS = frozenset(
 )
 ASCEND_FIELDS = frozenset({"name", "vDeviceCount", "hami-vnpu-core", "filterDevices"})
 VGPU_MODES = ("hami-core", "mig")
+# The GPU indexes a policy's filterDevices may name (0-63): what a static node's entry filters
+# when the node's GPUs are not known yet.
+ALL_GPU_INDEXES = tuple(range(64))
 
 
 def owned_entries(cm: Mapping[str, Any] | None) -> dict[str, str]:
@@ -72,10 +80,28 @@ def _filter(spec: FilterDevices | None) -> dict[str, list[Any]]:
     }
 
 
-def node_entry(name: str, config: NodeConfig, defaults: DeviceDefaults) -> dict[str, Any]:
+def node_entry(
+    name: str,
+    config: NodeConfig,
+    defaults: DeviceDefaults,
+    gpus: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """The `nodeconfig` entry for a hami-core or mig node. Every value is explicit (the policy's,
     else the operator default), so the result does not depend on plugin flag defaults (≤ v1.11
-    flags override the ConfigMap; vvdp #87)."""
+    flags override the ConfigMap; vvdp #87). A static-MIG node's entry filters every GPU
+    (`gpus`: its GPU indexes; unknown: every index a policy may name)."""
+    if config.device_plugin != "hami":
+        return {
+            "name": name,
+            "operatingmode": "hami-core",
+            "devicesplitcount": defaults.device_split_count,
+            "devicememoryscaling": number(defaults.device_memory_scaling),
+            "devicecorescaling": number(defaults.device_core_scaling),
+            "filterdevices": {
+                "uuid": [],
+                "index": list(gpus) if gpus is not None else list(ALL_GPU_INDEXES),
+            },
+        }
     hc = config.hami_core
     split = hc.device_split_count if hc and hc.device_split_count else defaults.device_split_count
     mem = hc.device_memory_scaling if hc and hc.device_memory_scaling else None
@@ -90,14 +116,20 @@ def node_entry(name: str, config: NodeConfig, defaults: DeviceDefaults) -> dict[
     }
 
 
-def ascend_entry(name: str, config: NodeConfig) -> dict[str, Any]:
-    """The `nodes` entry for an ascend-vnpu node: only what the policy sets."""
+def ascend_entry(name: str, config: NodeConfig, hami_vnpu_core: bool = False) -> dict[str, Any]:
+    """The `nodes` entry for an ascend-vnpu node: what the policy sets, and always
+    `hami-vnpu-core` (the policy's, else `hami_vnpu_core`: the global `vnpus.hamiVnpuCore` the
+    Ascend plugin reads). The plugin takes a matched entry's value over the global one, and a
+    missing key reads as false (Project-HAMi/ascend-device-plugin@v1.4.0:internal/vnpu.go
+    `NodeConfig`, internal/manager/manager.go `IsHamiVnpuCore`)."""
     spec = config.ascend_vnpu
     entry: dict[str, Any] = {"name": name}
     if spec is not None and spec.v_device_count is not None:
         entry["vDeviceCount"] = spec.v_device_count
     if spec is not None and spec.hami_vnpu_core is not None:
         entry["hami-vnpu-core"] = spec.hami_vnpu_core
+    else:
+        entry["hami-vnpu-core"] = hami_vnpu_core
     if spec is not None and spec.filter_devices is not None:
         entry["filterDevices"] = _filter(spec.filter_devices)
     return entry
@@ -231,11 +263,13 @@ def render_node_config(
     released: Mapping[str, NodeConfig | None],
     config: OperatorConfig,
     now: str,
+    gpus: Mapping[str, Sequence[int] | None] | None = None,
 ) -> Rendered:
     """`volcano-vgpu-node-config`: `released` maps every node the operator manages to its
-    released configuration (`vgpu.volcano.sh/config`); hami-core and mig nodes get entries."""
+    released configuration (`vgpu.volcano.sh/config`); hami-core and mig nodes get entries.
+    `gpus`: the GPU indexes of nodes, for the entries of static-MIG nodes."""
     desired = {
-        name: node_entry(name, rc, config.device_defaults)
+        name: node_entry(name, rc, config.device_defaults, (gpus or {}).get(name))
         for name, rc in released.items()
         if rc is not None and rc.mode in VGPU_MODES
     }
@@ -249,10 +283,12 @@ def render_ascend_node_config(
     released: Mapping[str, NodeConfig | None],
     config: OperatorConfig,
     now: str,
+    hami_vnpu_core: bool = False,
 ) -> Rendered:
-    """`hami-device-node-config`: one `nodes` entry per ascend-vnpu node, same ownership rules."""
+    """`hami-device-node-config`: one `nodes` entry per ascend-vnpu node, same ownership rules.
+    `hami_vnpu_core`: the global `vnpus.hamiVnpuCore` (the entries' default)."""
     desired = {
-        name: ascend_entry(name, rc)
+        name: ascend_entry(name, rc, hami_vnpu_core)
         for name, rc in released.items()
         if rc is not None and rc.mode == "ascend-vnpu"
     }

@@ -5,8 +5,10 @@ Plugins up to v1.11 register kubelet resources under `--resource-name`,
 scheduler's), and their `--device-split-count`, `--device-cores-scaling` and
 `--gpu-memory-factor` always override the ConfigMap (flag defaults 2 / 1.0 / 1; reference §1.2,
 §3.1, seed 002 §3.3). For those versions the operator owns these flags and sets them to the
-configured values. From v1.12 the names come from the ConfigMap and the three numeric flags
-override it only when given: nothing here to own (rules report explicit overrides).
+configured values; `--gpu-memory-factor` exists from v1.9.4
+(Project-HAMi/volcano-vgpu-device-plugin@v1.9.4:cmd/vgpu/main.go; absent in v1.9.0). From v1.12
+the names come from the ConfigMap and the three numeric flags override it only when given:
+nothing here to own (rules report explicit overrides).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def desired_flags(version: Version, config: OperatorConfig) -> dict[str, str]:
         flags["resource-core-name"] = names.cores
     flags["device-split-count"] = str(d.device_split_count)
     flags["device-cores-scaling"] = _num(d.device_core_scaling)
-    if version >= Version(1, 11, 0):
+    if version >= Version(1, 9, 4):  # the flag exists from v1.9.4 (cmd/vgpu/main.go)
         flags["gpu-memory-factor"] = str(config.gpu_memory_factor)
     return flags
 

@@ -3,7 +3,8 @@ mirror, and drift of what the operator renders (reference §1.1, §1.4, §3.6, �
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from vgpu_operator import contract
@@ -16,10 +17,11 @@ from vgpu_operator.core.render import (
     render_node_config,
     vnpus_section,
 )
-from vgpu_operator.core.render.common import plain
+from vgpu_operator.core.render.common import Rendered, plain
 from vgpu_operator.core.render.device_config import existing_geometries
-from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, DeviceConfigSource, annotations_of
+from vgpu_operator.models.config import ConfigMapRef
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,
     PLUGIN_CM_NAMESPACES,
@@ -221,10 +223,14 @@ def check_device_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
 @rule("node-config-rendered", "each managed node's node-config entry matches its released config")
 def check_node_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
     released = {n["metadata"]["name"]: s.released(n) for n in s.nodes if s.released(n)}
-    for ref, render in (
-        (s.config.node_config, render_node_config),
-        (s.config.ascend_node_config, render_ascend_node_config),
-    ):
+    renders: tuple[tuple[ConfigMapRef, Callable[..., Rendered]], ...] = (
+        (s.config.node_config, partial(render_node_config, gpus=s.gpus_by_node)),
+        (
+            s.config.ascend_node_config,
+            partial(render_ascend_node_config, hami_vnpu_core=s.hami_vnpu_core),
+        ),
+    )
+    for ref, render in renders:
         cm = s.configmap(ref.namespace, ref.name)
         try:
             rendered = render(cm, released, s.config, "")
@@ -245,3 +251,73 @@ def check_node_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
                 "restart",
                 fixable=True,
             )
+
+
+@rule("settings-without-effect", "no setting is given that no component acts on")
+def check_no_effect(s: ClusterSnapshot) -> Iterator[Issue]:
+    """Settings the components read but that change nothing (notes, not errors):
+    - `deviceMemoryScaling`: the plugin loads it (and the per-node value) but no released plugin
+      version uses it (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/util.go only
+      assigns it); registered memory is the GPU's MiB / gpuMemoryFactor;
+    - `deviceCoreScaling` > 1: the plugin registers more core units, but the scheduler caps a
+      GPU at 100 (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/utils.go);
+    - `deviceshare.SchedulePolicy` without an integer `ScheduleWeight` > 0: it orders GPUs
+      inside a node, but the device score is added to node scores only with a weight
+      (volcano-sh/volcano@v1.15.1:pkg/scheduler/plugins/deviceshare/deviceshare.go; `GetInt`
+      takes YAML integers only)."""
+    src = s.plugin_device_config
+    n = src.nvidia
+    if n is not None:
+        if n.device_memory_scaling is not None and float(n.device_memory_scaling) != 1.0:
+            yield info(
+                _ref(src),
+                f"deviceMemoryScaling is {n.device_memory_scaling:g}: no device plugin version "
+                "applies it (registered memory is the GPU's MiB / gpuMemoryFactor)",
+                fix="leave deviceMemoryScaling at 1 (deviceDefaults.deviceMemoryScaling in the "
+                "operator config); to overcommit memory there is no supported setting",
+            )
+        if n.device_core_scaling is not None and float(n.device_core_scaling) > 1.0:
+            yield info(
+                _ref(src),
+                f"deviceCoreScaling is {n.device_core_scaling:g}: the scheduler still gives each "
+                "GPU at most 100 cores, so it adds no scheduling capacity",
+                fix="leave deviceCoreScaling at 1 (deviceDefaults.deviceCoreScaling)",
+            )
+    policies: dict[str, set[str]] = {}
+    for node in s.vgpu_nodes:
+        rc = s.released(node)
+        hc = rc.hami_core if rc is not None else None
+        if rc is None or hc is None:
+            continue
+        if hc.device_memory_scaling is not None and hc.device_memory_scaling != 1.0:
+            policies.setdefault(rc.policy or "?", set()).add(
+                f"hamiCore.deviceMemoryScaling {hc.device_memory_scaling:g} (no plugin version "
+                "applies it)"
+            )
+        if hc.device_core_scaling is not None and hc.device_core_scaling > 1.0:
+            policies.setdefault(rc.policy or "?", set()).add(
+                f"hamiCore.deviceCoreScaling {hc.device_core_scaling:g} (the scheduler caps a "
+                "GPU at 100 cores)"
+            )
+    for policy, texts in sorted(policies.items()):
+        yield info(
+            ObjectRef(kind=contract.POLICY_KIND, name=policy),
+            f"policy {policy} sets {'; '.join(sorted(texts))}: no effect on scheduling",
+            fix="remove the setting from the policy (or set it to 1)",
+        )
+    conf = s.scheduler_conf
+    if conf is None or conf.plugin("deviceshare") is None:
+        return
+    args = conf.deviceshare.raw
+    order = args.get("deviceshare.SchedulePolicy")
+    weight = args.get("deviceshare.ScheduleWeight")
+    if order and not (isinstance(weight, int) and not isinstance(weight, bool) and weight > 0):
+        ref = s.config.scheduler.config_map
+        yield info(
+            cm_ref(ref.namespace, ref.name),
+            f"deviceshare.SchedulePolicy is {order!r} but ScheduleWeight is "
+            f"{'unset' if weight is None else repr(weight)}: it orders GPUs inside a node only; "
+            "nodes get no device score, so pods are not bin-packed or spread across nodes by GPU "
+            "use",
+            fix="set deviceshare.ScheduleWeight to an integer > 0 (e.g. 10)",
+        )

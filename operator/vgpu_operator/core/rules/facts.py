@@ -10,6 +10,7 @@ V1_10 = Version(1, 10, 0)
 V1_12 = Version(1, 12, 0)
 PLUGIN_LAST_HANDSHAKE = Version(1, 12, 0)
 PLUGIN_LAST_NAME_FLAGS = Version(1, 11, 99)
+PLUGIN_FIRST_MEMORY_FACTOR = Version(1, 9, 4)
 
 
 def plugin_writes_handshake(v: Version) -> bool:
@@ -30,6 +31,22 @@ def plugin_takes_name_flags(v: Version) -> bool:
 def plugin_flags_always_override(v: Version) -> bool:
     """Up to v1.11 --device-split-count & co override the ConfigMap even when not given."""
     return v <= PLUGIN_LAST_NAME_FLAGS
+
+
+def plugin_takes_memory_factor_flag(v: Version) -> bool:
+    """`--gpu-memory-factor` exists from plugin v1.9.4 (absent in v1.9.0;
+    Project-HAMi/volcano-vgpu-device-plugin@v1.9.4:cmd/vgpu/main.go)."""
+    return v >= PLUGIN_FIRST_MEMORY_FACTOR
+
+
+def plugin_reads_node_overrides(v: Version) -> bool:
+    """Up to v1.11 per-node `devicesplitcount`, `devicecorescaling` and `filterdevices` of
+    config.json only change a struct nothing reads: registration uses the global flag values,
+    registers 100 cores per GPU and every GPU
+    (Project-HAMi/volcano-vgpu-device-plugin@v1.11.0:pkg/plugin/vgpu/register.go,
+    pkg/plugin/vgpu/plugin.go `apiDevices`, pkg/plugin/vgpu/util/util.go `readFromConfigFile`).
+    From v1.12.0 they apply (pkg/util/util.go, pkg/rm/device_map.go)."""
+    return v > PLUGIN_LAST_NAME_FLAGS
 
 
 def plugin_prefixes_names(v: Version) -> bool:
@@ -54,3 +71,10 @@ def scheduler_requires_default_names(v: Version) -> bool:
 def scheduler_rejects_five_fields(v: Version) -> bool:
     """Volcano v1.12.0+ rejects register records without the mode field."""
     return v >= V1_12
+
+
+def scheduler_parses_string_bools(v: Version) -> bool:
+    """From Volcano v1.15.0 `Arguments.GetBool` parses a string switch with `strconv.ParseBool`
+    (a quoted "true" is true); up to v1.14.4 only a YAML boolean counts
+    (volcano-sh/volcano@v1.15.0:pkg/scheduler/framework/arguments.go)."""
+    return v >= Version(1, 15, 0)

@@ -26,8 +26,8 @@ def check_legacy(s: ClusterSnapshot) -> Iterator[Issue]:
     if conf is not None:
         args = conf.deviceshare
         for key, on in (
-            ("deviceshare.GPUSharingEnable", args.gpu_sharing_enable),
-            ("deviceshare.GPUNumberEnable", args.gpu_number_enable),
+            ("deviceshare.GPUSharingEnable", args.maybe("GPUSharingEnable")),
+            ("deviceshare.GPUNumberEnable", args.maybe("GPUNumberEnable")),
         ):
             if on:
                 yield warning(
@@ -92,7 +92,8 @@ def check_mindcluster(s: ClusterSnapshot) -> Iterator[Issue]:
     if args.mistyped("AscendMindClusterVNPUEnable"):
         yield error(
             conf_obj,
-            "deviceshare.AscendMindClusterVNPUEnable is not a YAML boolean; Volcano ignores it",
+            "deviceshare.AscendMindClusterVNPUEnable is not a boolean this Volcano reads (a "
+            "quoted value counts from v1.15.0 only); it stays off",
             fix="write `deviceshare.AscendMindClusterVNPUEnable: true`",
         )
     if enabled and not init_false:

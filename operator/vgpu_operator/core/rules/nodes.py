@@ -116,7 +116,7 @@ def check_mig_coverage(s: ClusterSnapshot) -> Iterator[Issue]:
                 )
             yield error(
                 (_node(node), cm_ref(src.namespace, src.name)),
-                f"no knownMigGeometries model in {where} matches 'NVIDIA-{nvml}' on "
+                f"no knownMigGeometries model in {where} matches the {nvml} GPUs of "
                 f"{name_of(node)}{approx}: the scheduler treats the node as hami-core ('mig "
                 "type not found', vvdp #102) while its plugin runs MIG",
                 fix=fix,

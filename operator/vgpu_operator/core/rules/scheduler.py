@@ -1,4 +1,8 @@
-"""Rules on the Volcano scheduler conf (reference §0, §4, §7; volcano #4501, vvdp #2)."""
+"""Rules on the Volcano scheduler conf (reference §0, §4, §7; volcano #4501, vvdp #2). Switches
+are read as the scheduler's version reads them: from v1.15.0 a quoted "true" is true
+(`strconv.ParseBool`, volcano-sh/volcano@v1.15.0:pkg/scheduler/framework/arguments.go), so
+`GPUSharingEnable: "true"` next to `VGPUEnable: true` is fatal there
+(volcano-sh/volcano@v1.15.1:pkg/scheduler/plugins/deviceshare/deviceshare.go `klog.Fatal`)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from collections.abc import Iterator
 
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot
-from vgpu_operator.models.volcano_views import SchedulerConfView
+from vgpu_operator.models.volcano_views import SchedulerConfView, go_parse_bool
 
 UAE = "UnexpectedAdmissionError"
 
@@ -29,6 +33,28 @@ def _unreadable(s: ClusterSnapshot) -> Issue:
 
 def _conf(s: ClusterSnapshot) -> SchedulerConfView | None:
     return s.scheduler_conf
+
+
+def _not_read(s: ClusterSnapshot, key: str) -> str:
+    """Why the scheduler does not read a switch's value as a boolean (`mistyped`)."""
+    value = (s.scheduler_conf.deviceshare.raw if s.scheduler_conf else {}).get(f"deviceshare.{key}")
+    sc = s.scheduler_container
+    version = sc.version if sc else None
+    if isinstance(value, str) and go_parse_bool(value) is not None:
+        if version is None:
+            return (
+                f"deviceshare.{key} is {value!r}, a string: Volcano up to v1.14 reads only YAML "
+                "booleans and ignores it (v1.15.0 and later parse it; the scheduler's version "
+                "is unknown from its image tag)"
+            )
+        return (
+            f"deviceshare.{key} is {value!r}, a string: Volcano {version} reads only YAML "
+            "booleans (strings are parsed from v1.15.0) and ignores it"
+        )
+    return (
+        f"deviceshare.{key} is {value!r}, which Volcano cannot read as a boolean; it keeps the "
+        "default (false)"
+    )
 
 
 @rule("scheduler-vgpu-enabled", "deviceshare is enabled with VGPUEnable: true")
@@ -54,11 +80,9 @@ def check_vgpu_enabled(s: ClusterSnapshot) -> Iterator[Issue]:
         return
     args = conf.deviceshare
     if args.mistyped("VGPUEnable"):
-        value = args.raw["deviceshare.VGPUEnable"]
         yield error(
             obj,
-            f"deviceshare.VGPUEnable is {value!r}, not a YAML boolean; Volcano ignores it and "
-            f"vGPU stays off: {consequence}",
+            f"{_not_read(s, 'VGPUEnable')}, so vGPU stays off: {consequence}",
             fix="write `deviceshare.VGPUEnable: true` without quotes",
             fixable=True,
         )
@@ -109,15 +133,8 @@ def check_fatal_combination(s: ClusterSnapshot) -> Iterator[Issue]:
     if conf is None:
         return
     args = conf.deviceshare
-    on = [
-        k
-        for k, v in (
-            ("VGPUEnable", args.vgpu_enable),
-            ("GPUSharingEnable", args.gpu_sharing_enable),
-            ("GPUNumberEnable", args.gpu_number_enable),
-        )
-        if v
-    ]
+    # as the scheduler's version reads them: from v1.15.0 a quoted "true" counts
+    on = [k for k in ("VGPUEnable", "GPUSharingEnable", "GPUNumberEnable") if args.maybe(k)]
     if len(on) >= 2:
         yield error(
             _conf_ref(s),
@@ -135,10 +152,15 @@ def check_ascend_hami(s: ClusterSnapshot) -> Iterator[Issue]:
     if conf is None or not s.config.ascend_vnpu.enabled:
         return
     if not conf.deviceshare.ascend_hami_vnpu_enable:
+        how = (
+            _not_read(s, "AscendHAMiVNPUEnable")
+            if conf.deviceshare.mistyped("AscendHAMiVNPUEnable")
+            else "deviceshare.AscendHAMiVNPUEnable is not true"
+        )
         yield error(
             _conf_ref(s),
-            "Ascend vNPU is enabled in the operator config but deviceshare.AscendHAMiVNPUEnable "
-            "is not true: the scheduler registers no Ascend device and vNPU pods stay pending",
+            f"Ascend vNPU is enabled in the operator config but {how}: the scheduler registers "
+            "no Ascend device and vNPU pods stay pending",
             fix="set `deviceshare.AscendHAMiVNPUEnable: true` (or turn ascendVnpu.enabled off)",
             fixable=True,
         )

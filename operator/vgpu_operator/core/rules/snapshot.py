@@ -14,8 +14,10 @@ from typing import Any
 from vgpu_operator import contract
 from vgpu_operator.core import mig_catalog
 from vgpu_operator.core.geometry import ReportedGpuModel, reported_from_inventory
+from vgpu_operator.core.render.device_config import vnpus_section
 from vgpu_operator.core.render.node_config import owned_entries
 from vgpu_operator.core.render.plugin_args import PLUGIN_IMAGE_HINT
+from vgpu_operator.core.rules.facts import scheduler_parses_string_bools
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
@@ -197,12 +199,15 @@ class ClusterSnapshot:
 
     @cached_property
     def scheduler_conf(self) -> SchedulerConfView | None:
+        """The conf, its switches read as the scheduler's version reads them."""
         cm = self.scheduler_cm
         text = ((cm or {}).get("data") or {}).get(self.config.scheduler.config_map.key)
         if text is None:
             return None
+        version = self.scheduler_container.version if self.scheduler_container else None
+        string_bools = scheduler_parses_string_bools(version) if version is not None else None
         try:
-            return parse_scheduler_conf(text)
+            return parse_scheduler_conf(text, string_bools)
         except PayloadError:
             return None
 
@@ -304,7 +309,23 @@ class ClusterSnapshot:
     def owned_node_entries(self) -> dict[str, str]:
         return owned_entries(self.node_config_cm)
 
+    @cached_property
+    def hami_vnpu_core(self) -> bool:
+        """The global `vnpus.hamiVnpuCore` of the Ascend plugin's ConfigMap (absent: false)."""
+        ref = self.config.ascend_vnpu.scheduler_device
+        vnpus = vnpus_section(self.configmap(ref.namespace, ref.name), ref.key)
+        return isinstance(vnpus, Mapping) and vnpus.get("hamiVnpuCore") is True
+
     # --- nodes ------------------------------------------------------------------------------
+
+    @cached_property
+    def gpus_by_node(self) -> dict[str, list[int] | None]:
+        """The GPU indexes of every managed node (`gpu_indexes`), for node-config entries."""
+        return {
+            name_of(n): self.gpu_indexes(n)
+            for n in self.nodes
+            if contract.ANN_CONFIG in annotations_of(n)
+        }
 
     def released(self, node: Mapping[str, Any]) -> NodeConfig | None:
         try:
@@ -321,11 +342,21 @@ class ClusterSnapshot:
                 out.append(node)
         return out
 
+    def plugin_nodes(self, plugin: contract.DevicePlugin) -> list[Obj]:
+        """Managed nodes whose released configuration HAMi's `plugin` must serve."""
+        out = []
+        for node in self.nodes:
+            rc = self.released(node)
+            if rc is not None and rc.device_plugin == plugin:
+                out.append(node)
+        return out
+
     @cached_property
     def vgpu_nodes(self) -> list[Obj]:
-        """Managed hami-core/mig nodes, and (for clusters the operator does not manage) nodes
-        whose plugin registered GPUs or that have a node-config entry."""
-        managed = self.managed(("hami-core", "mig"))
+        """Managed nodes HAMi's vGPU plugin serves (hami-core, dynamic MIG; static MIG is
+        NVIDIA's plugin's), and (for clusters the operator does not manage) nodes whose plugin
+        registered GPUs or that have a node-config entry."""
+        managed = self.plugin_nodes("hami")
         names = {name_of(n) for n in managed}
         entries = set(self.node_config.names())
         for node in self.nodes:
@@ -346,12 +377,26 @@ class ClusterSnapshot:
             return []
 
     def is_mig(self, node: Mapping[str, Any]) -> bool:
+        """A MIG node of HAMi's plugin (dynamic partitioning): static MIG nodes are served by
+        NVIDIA's device plugin, and neither the scheduler's geometries nor HAMi concern them."""
         rc = self.released(node)
         if rc is not None:
-            return rc.mode == "mig"
+            return rc.mode == "mig" and rc.device_plugin == "hami"
         if self.node_config.effective_for(name_of(node)).mode == "mig":
             return True
         return any(g.mode == "mig" for g in self.registered(node) or [])
+
+    def gpu_indexes(self, node: Mapping[str, Any]) -> list[int] | None:
+        """The indexes of the node's GPUs: from the agent's inventory, else 0..n-1 with n from
+        GFD's count label; None when neither says."""
+        inv = self.inventory(node)
+        if inv is not None and inv.gpus:
+            return sorted(g.index for g in inv.gpus)
+        try:
+            count = int(labels_of(node).get(contract.GFD_COUNT, ""))
+        except ValueError:
+            return None
+        return list(range(count)) if count >= 0 else None
 
     def inventory(self, node: Mapping[str, Any]) -> Inventory | None:
         try:
