@@ -1,6 +1,7 @@
-"""The operator across a kube-apiserver restart (same port, certificates, tokens and etcd): it
-reconnects by itself, converges the changes made afterwards, and re-reading the cluster makes it
-write nothing a node already carries (the audit log counts one PATCH per node per change)."""
+"""The operator and the node agent across a kube-apiserver restart (same port, certificates,
+tokens and etcd): they reconnect by themselves, converge the changes made afterwards, and
+re-reading the cluster makes them write nothing a node already carries (the audit log counts one
+PATCH per node per change)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from tests.cluster.agentkit import (
+    Agents,
+    agent_kubeconfig_path,
+    agents,
+    release,
+    static,
+    wait_applied,
+)
 from tests.cluster.helpers import (
     ClusterUnderTest,
     NodeFactory,
@@ -21,8 +30,10 @@ from tests.cluster.helpers import (
 )
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster.install import OPERATOR_USER
+from vgpu_operator.devcluster.install import AGENT_USER, OPERATOR_USER
 from vgpu_operator.kubeapi import node_path, request
+
+__all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
 
 VGPU_LABEL = "volcano.sh/vgpu.enabled"
 
@@ -79,3 +90,27 @@ async def test_after_an_apiserver_restart_each_change_is_one_patch_per_node(
     )
     assert patches == {name: 1 for name in [*nodes, late]}
     assert operator.error is None
+
+
+async def test_the_agent_resumes_its_watch_after_an_apiserver_restart(
+    cluster: ClusterUnderTest, api: client.ApiClient, agents: Agents
+) -> None:
+    """The agent's list-then-watch (kubeapi.list_watch) resumes on its own: a configuration
+    released after the restart is applied, and the restart itself costs no write."""
+    local = cluster.require_audit()
+    node = await agents.node("A30", 1)
+    agent = agents.start(node)
+    first = static({"1g.6gb": 4})
+    await release(api, node.name, first)
+    await wait_applied(api, node.name, first, agent)
+
+    offset = local.audit_offset()
+    await asyncio.to_thread(local.restart_apiserver)
+    await asyncio.sleep(2)  # the agent's watch notices the lost connection and resumes
+    assert [e for e in local.audit_events(user=AGENT_USER, offset=offset)] == []
+
+    second = static({"2g.12gb": 2})
+    await release(api, node.name, second)
+    await wait_applied(api, node.name, second, agent)
+    assert node.layout(0) == Counter({5: 2})  # 2g.12gb is profile 5 on the A30 (mig -lgip)
+    assert agent.running()
