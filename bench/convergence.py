@@ -11,6 +11,10 @@ counts come from the apiserver's audit log. Prints both times, their ratio (goal
 writes per node (goal: 1.0 for both) and the CPU seconds the operator process and the apiserver
 spent during each run.
 
+The control plane keeps every node heartbeating with long node leases (bench/benchkit.py says
+why and how long); each phase has a deadline and says, past it, what it was waiting for;
+SIGTERM, Ctrl-C or a deadline leave no process and no temporary directory behind.
+
 Usage: python bench/convergence.py [N ...]   (default: 500 1000)
 """
 
@@ -27,22 +31,34 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from benchkit import (
+    CONCURRENCY,
+    Progress,
+    bench_cluster,
+    create_nodes,
+    delete_nodes,
+    die_with_parent,
+    log,
+    machine,
+    phase,
+    run,
+)
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
 from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.devcluster.cluster import LocalCluster
 from vgpu_operator.devcluster.install import OPERATOR_USER, install_operator_access
-from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
+from vgpu_operator.devcluster.nodes import NodeSpec
 from vgpu_operator.kubeapi.credentials import Credentials
 
-CONCURRENCY = 32
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -69,7 +85,7 @@ async def pool_nodes(api: Any, pool: str) -> list[dict[str, Any]]:
 
 
 async def converge(
-    api: Any, pool: str, n: int, act: Callable[[], Awaitable[None]]
+    api: Any, pool: str, n: int, act: Callable[[], Awaitable[None]], progress: Progress
 ) -> tuple[float, float]:
     """Seconds from `act()` until a watch has seen all `n` nodes of the pool tainted, and the
     wall-clock time `act()` began."""
@@ -82,6 +98,7 @@ async def converge(
         taints = (obj.get("spec") or {}).get("taints") or []
         if any(t.get("key") == contract.DEFAULT_TAINT_KEY for t in taints):
             seen.add(obj["metadata"]["name"])
+            progress(f"a watch to see the policy's taint on every node: {len(seen)}/{n}")
         if len(seen) >= n:
             done.set()
 
@@ -124,11 +141,18 @@ async def converge(
     sampled = asyncio.create_task(apiserver_profile(api, f"{pool}"))
     began = time.time()
     start = time.perf_counter()
-    await act()
-    await asyncio.wait_for(done.wait(), timeout=600)
-    elapsed = time.perf_counter() - start
-    await watcher
-    await sampled
+    try:
+        progress("the first request")
+        await act()
+        progress(f"a watch to see the policy's taint on every node: {len(seen)}/{n}")
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        await watcher
+        await sampled
+    finally:
+        watcher.cancel()
+        sampled.cancel()
+        await asyncio.gather(watcher, sampled, return_exceptions=True)
     return elapsed, began
 
 
@@ -237,25 +261,37 @@ class OperatorProcess:
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
 
-    async def passes(self, session: aiohttp.ClientSession) -> int:
+    async def health(self, session: aiohttp.ClientSession) -> dict[str, Any]:
         try:
             async with session.get(f"http://127.0.0.1:{self.port}/healthz") as resp:
                 body = await resp.json(content_type=None)
         except (aiohttp.ClientError, json.JSONDecodeError):
-            return 0
-        return int(body.get("reconcilePasses") or 0) if isinstance(body, dict) else 0
+            return {}
+        return body if isinstance(body, dict) else {}
 
-    async def wait_first_pass(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
+    async def wait_until(
+        self, what: str, ready: Callable[[dict[str, Any]], bool], progress: Progress
+    ) -> None:
+        """Until its health answer satisfies `ready` (the caller's phase bounds the wait)."""
         async with aiohttp.ClientSession() as session:
-            while await self.passes(session) < 1:
+            while True:
+                body = await self.health(session)
+                if ready(body):
+                    return
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"the operator exited ({self.proc.returncode})")
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the operator's first pass did not finish")
+                progress(f"{what} (the operator's health answer: {body or 'none yet'})")
                 await asyncio.sleep(0.2)
+
+    async def wait_first_pass(self, progress: Progress) -> None:
+        await self.wait_until(
+            "the operator's first reconcile pass",
+            lambda b: int(b.get("reconcilePasses") or 0) >= 1,
+            progress,
+        )
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -267,23 +303,21 @@ class OperatorProcess:
         self._log.close()
 
 
+def node_deadline(n: int) -> float:
+    """Seconds to create n nodes and see them Ready (measured here: about 4 a second on two
+    busy cores, the controller manager lifting each new node's not-ready taint)."""
+    return 120 + n * 0.4
+
+
 async def make_pool(api: Any, role: str, n: int) -> tuple[str, set[str]]:
     pool = f"{role}{n}"
     specs = [
         NodeSpec(f"{pool}-{i}", "A100-SXM4-80GB", 8, labels={"bench/pool": pool}) for i in range(n)
     ]
-    await create_gpu_nodes(api, specs, timeout=900)
+    await phase(
+        f"{n} {role} nodes", node_deadline(n), lambda progress: create_nodes(api, specs, progress)
+    )
     return pool, {s.name for s in specs}
-
-
-async def delete_nodes(api: Any, names: set[str]) -> None:
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def delete(name: str) -> None:
-        async with sem:
-            await kubeapi.request(api, "DELETE", kubeapi.node_path(name))
-
-    await asyncio.gather(*(delete(name) for name in names))
 
 
 def node_patches(
@@ -313,72 +347,118 @@ def span(patches: list[dict[str, Any]], start: float) -> str:
     return f"{times[0] - start:.2f}-{times[-1] - start:.2f}"
 
 
-async def main(sizes: list[int]) -> None:
-    """Per N: the floor runs first with no operator (its nodes would otherwise look like nodes
-    of a deleted policy to the operator, which would release them); then its nodes are deleted,
+@dataclass
+class Convergence:
+    n: int
+    floor_s: float
+    operator_s: float
+    floor_writes: float  # per node
+    operator_writes: float  # per node
+    operator_cpu: float
+    apiserver_cpu: tuple[float, float]  # floor, operator
+    spans: tuple[str, str]
+
+    @property
+    def ratio(self) -> float:
+        return self.operator_s / self.floor_s
+
+
+HEADER = (
+    f"{'N':>6} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
+    f"{'floor w/node':>12} {'op w/node':>9} "
+    f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26} "
+    f"{'PATCHes received at s (floor; op)':>34}"
+)
+
+
+def row(c: Convergence) -> str:
+    return (
+        f"{c.n:>6} {c.floor_s:>8.2f} {c.operator_s:>10.2f} {c.ratio:>6.2f} "
+        f"{c.floor_writes:>12.2f} {c.operator_writes:>9.2f} "
+        f"{c.operator_cpu:>8.1f} {c.apiserver_cpu[0]:>12.1f} / {c.apiserver_cpu[1]:<11.1f} "
+        f"{c.spans[0]:>16}; {c.spans[1]:<16}"
+    )
+
+
+def converge_deadline(n: int) -> float:
+    return 120 + n * 0.2
+
+
+async def convergence(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -> Convergence:
+    """The floor runs first with no operator (its nodes would otherwise look like nodes of a
+    deleted policy to the operator, which would release them); then its nodes are deleted,
     the operator's pool is created, the operator starts, settles, and the policy is created."""
+    apiserver = cluster.pids["kube-apiserver"]
+    # One pool at a time, so that both runs have the same N nodes heartbeating.
+    pool, names = await make_pool(api, "floor", n)
+    facts = [node_facts(x) for x in await pool_nodes(api, pool)]
+    plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
+    offset = cluster.audit_offset()
+    cpu0 = cpu_seconds(apiserver)
+    floor_s, floor_t0 = await phase(
+        f"floor over {n} nodes",
+        converge_deadline(n),
+        lambda progress: converge(api, pool, n, floor_writes(api, pool, plans), progress),
+    )
+    floor_api_cpu = cpu_seconds(apiserver) - cpu0
+    floor_w = node_patches(cluster, "admin", offset, names)
+    await phase(f"deleting {n} floor nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names))
+
+    pool, names = await make_pool(api, "op", n)
+    operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
+    try:
+        # The initial listing of every node and the first pass (no writes) are
+        # start-up, not convergence: over before the clock starts.
+        await phase(f"operator start-up over {n} nodes", 300, operator.wait_first_pass)
+        await asyncio.sleep(2)
+        offset = cluster.audit_offset()
+        profiler = profile(operator.proc.pid, n)
+        cpu0, op0 = cpu_seconds(apiserver), cpu_seconds(operator.proc.pid)
+        op_s, op_t0 = await phase(
+            f"operator over {n} nodes",
+            converge_deadline(n),
+            lambda progress: converge(api, pool, n, create_policy(api, pool), progress),
+        )
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
+        op_api_cpu = cpu_seconds(apiserver) - cpu0
+        op_cpu = cpu_seconds(operator.proc.pid) - op0
+        await asyncio.sleep(1)
+        op_w = node_patches(cluster, OPERATOR_USER, offset, names)
+    finally:
+        operator.stop()
+    # Leave nothing for the next run's operator to clean up at its start.
+    await phase(f"deleting {n} operator nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names))
+    with contextlib.suppress(kubeapi.NotFound):
+        await kubeapi.request(api, "DELETE", kubeapi.policy_path(f"bench-{pool}"))
+    return Convergence(
+        n,
+        floor_s,
+        op_s,
+        len(floor_w) / n,
+        len(op_w) / n,
+        op_cpu,
+        (floor_api_cpu, op_api_cpu),
+        (span(floor_w, floor_t0), span(op_w, op_t0)),
+    )
+
+
+async def main(sizes: list[int]) -> None:
     profiling = bool(os.environ.get("BENCH_PROFILE"))
-    with LocalCluster.run(
-        prefix="vgpu-bench-", with_scheduler=False, profiling=profiling
-    ) as cluster:
+    log(f"machine: {machine()}")
+    with bench_cluster(profiling=profiling) as cluster:
         admin = Credentials(kubeconfig=str(cluster.kubeconfig))
-        apiserver = cluster.pids["kube-apiserver"]
         # The floor's client gets the same connection pool as the operator's.
         api = await admin.client(pool_size=CONCURRENCY + 8)
         async with api:
             credentials = await install_operator_access(api, cluster.workdir)
             assert credentials.kubeconfig is not None
             kubeconfig = Path(credentials.kubeconfig)
-            print(
-                f"{'N':>6} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
-                f"{'floor w/node':>12} {'op w/node':>9} "
-                f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26} "
-                f"{'PATCHes received at s (floor; op)':>34}"
-            )
+            print(HEADER, flush=True)
             for n in sizes:
-                # One pool at a time, so that both runs have the same N nodes heartbeating.
-                pool, names = await make_pool(api, "floor", n)
-                facts = [node_facts(x) for x in await pool_nodes(api, pool)]
-                plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
-                offset = cluster.audit_offset()
-                cpu0 = cpu_seconds(apiserver)
-                floor_s, floor_t0 = await converge(api, pool, n, floor_writes(api, pool, plans))
-                floor_api_cpu = cpu_seconds(apiserver) - cpu0
-                floor_w = node_patches(cluster, "admin", offset, names)
-                await delete_nodes(api, names)
-
-                pool, names = await make_pool(api, "op", n)
-                operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
-                try:
-                    # The initial listing of every node and the first pass (no writes) are
-                    # start-up, not convergence: over before the clock starts.
-                    await operator.wait_first_pass()
-                    await asyncio.sleep(2)
-                    offset = cluster.audit_offset()
-                    profiler = profile(operator.proc.pid, n)
-                    cpu0, op0 = cpu_seconds(apiserver), cpu_seconds(operator.proc.pid)
-                    op_s, op_t0 = await converge(api, pool, n, create_policy(api, pool))
-                    if profiler is not None:
-                        profiler.send_signal(signal.SIGINT)
-                        profiler.wait(60)
-                    op_api_cpu = cpu_seconds(apiserver) - cpu0
-                    op_cpu = cpu_seconds(operator.proc.pid) - op0
-                    await asyncio.sleep(1)
-                    op_w = node_patches(cluster, OPERATOR_USER, offset, names)
-                finally:
-                    operator.stop()
-                print(
-                    f"{n:>6} {floor_s:>8.2f} {op_s:>10.2f} {op_s / floor_s:>6.2f} "
-                    f"{len(floor_w) / n:>12.2f} {len(op_w) / n:>9.2f} "
-                    f"{op_cpu:>8.1f} {floor_api_cpu:>12.1f} / {op_api_cpu:<11.1f} "
-                    f"{span(floor_w, floor_t0):>16}; {span(op_w, op_t0):<16}",
-                    flush=True,
-                )
-                # Leave nothing for the next N's operator to clean up at its start.
-                await delete_nodes(api, names)
-                with contextlib.suppress(kubeapi.NotFound):
-                    await kubeapi.request(api, "DELETE", kubeapi.policy_path(f"bench-{pool}"))
+                print(row(await convergence(api, cluster, kubeconfig, n)), flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main([int(a) for a in sys.argv[1:]] or [500, 1000]))
+    run(lambda: main([int(a) for a in sys.argv[1:]] or [500, 1000]))

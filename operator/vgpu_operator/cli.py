@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    from vgpu_operator import logs
     from vgpu_operator.controller.app import Settings
     from vgpu_operator.controller.handlers import Runtime
     from vgpu_operator.controller.leader import LeaderElectionConfig, default_identity
@@ -118,11 +119,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     settings = Settings(
         credentials=credentials,
-        options=ReconcilerOptions(concurrency=args.concurrency, resync_seconds=args.resync),
+        options=ReconcilerOptions(
+            concurrency=args.concurrency, resync_seconds=args.resync
+        ).for_config(config),
         config=config,
         user_agent=f"vgpu-operator/{identity}",
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.setup(args.log_format)
     logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per handled event otherwise
     if args.metrics_port:
         from prometheus_client import start_http_server
@@ -172,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--leader-elect-retry-period", type=float, default=2.0, metavar="S")
     run.add_argument(
         "--identity", help="this replica's name in the Lease and user agent (default: host)"
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line (values escaped in both)",
     )
     run.set_defaults(func=cmd_run)
 

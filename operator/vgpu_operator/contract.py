@@ -77,9 +77,25 @@ GFD_PRODUCT: Final = "nvidia.com/gpu.product"
 GFD_COUNT: Final = "nvidia.com/gpu.count"
 GFD_MEMORY: Final = "nvidia.com/gpu.memory"
 GFD_MIG_CAPABLE: Final = "nvidia.com/mig.capable"
+GFD_PRESENT: Final = "nvidia.com/gpu.present"
+NVIDIA_GPU_RESOURCE: Final = "nvidia.com/gpu"  # NVIDIA's device plugin's capacity
+
+# Evidence of Ascend NPUs on a node (what the operator itself never writes, unlike `ascend=on`):
+# the capacity the Ascend device plugins register (huawei.com/Ascend910, Ascend910B..., and
+# Ascend310P; gitcode.com/Ascend/mind-cluster component/ascend-device-plugin
+# pkg/common/constants.go, and Project-HAMi/ascend-device-plugin), the chip label that device
+# plugin sets (`ChipNameLabel` there), and Node Feature Discovery's PCI label for a processing
+# accelerator (class 1200) of Huawei (vendor 19e5), from NFD's default pci label fields
+# (https://kubernetes-sigs.github.io/node-feature-discovery/stable/usage/features.html).
+ASCEND_RESOURCE_PREFIXES: Final = ("huawei.com/Ascend910", "huawei.com/Ascend310P")
+ASCEND_CHIP_LABEL: Final = "node.kubernetes.io/npu.chip.name"
+NFD_ASCEND_PCI_LABEL: Final = "feature.node.kubernetes.io/pci-1200_19e5.present"
 
 # The GPU Operator's per-node switch for its device plugin (HAMi #829).
 GPU_OPERATOR_DEVICE_PLUGIN_LABEL: Final = "nvidia.com/gpu.deploy.device-plugin"
+# The GPU Operator's per-node switch for its mig-manager (NVIDIA/gpu-operator
+# assets/state-mig-manager/0600_daemonset.yaml selects nodes on it).
+GPU_OPERATOR_MIG_MANAGER_LABEL: Final = "nvidia.com/gpu.deploy.mig-manager"
 
 # Defaults the seeds use.
 DEFAULT_NODE_LABELS: Final = {"volcano.sh/vgpu.enabled": "true"}

@@ -41,7 +41,12 @@ from pydantic import BaseModel
 from vgpu_operator import contract
 from vgpu_operator.crdcheck import ALLOWED_KEYS as _ALLOWED
 from vgpu_operator.crdcheck import check_structural
-from vgpu_operator.models.policy import VGPUNodePolicySpec, VGPUNodePolicyStatus
+from vgpu_operator.models.policy import (
+    VGPUNodePolicy,
+    VGPUNodePolicySpec,
+    VGPUNodePolicyStatus,
+    cel_rules,
+)
 
 CRD_NAME = f"{contract.POLICY_PLURAL}.{contract.GROUP}"
 HEADER = (
@@ -256,10 +261,14 @@ def policy_crd() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # `name` declared so that a root rule's fieldPath may name it (the apiserver
+            # accepts no other metadata field in a CRD schema, and validates names itself).
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
             "status": status,
         },
+        # Rules on the whole object: only metadata.name and generateName are visible to CEL.
+        **cel_rules(VGPUNodePolicy.RULES),
     }
     ready = '.status.conditions[?(@.type=="Ready")]'
     columns = [

@@ -84,14 +84,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 async def _check(
     kubeconfig: str | None, context: str | None, config: OperatorConfig, only: list[str] | None
 ) -> Any:
+    from vgpu_operator.controller.rules_worker import run_rules
     from vgpu_operator.controller.snapshot import read_snapshot
-    from vgpu_operator.core.rules import run_rules
     from vgpu_operator.kubeapi.credentials import resolve
 
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-doctor")
     async with api:
         snapshot = await read_snapshot(api, config)
-    return run_rules(snapshot, only=only)
+    # In a worker process killed at a deadline, as the controller runs them: a rule that
+    # stalls on what a ConfigMap holds is reported, and doctor still completes.
+    return await run_rules(snapshot, only=only)
 
 
 def main(argv: list[str] | None = None) -> int:

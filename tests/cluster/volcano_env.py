@@ -80,7 +80,10 @@ def managed_node(released: NodeConfig) -> dict[str, Any]:
         contract.LABEL_MODE: released.mode,
         **contract.DEFAULT_NODE_LABELS,
     }
-    owned = Owned(labels=dict(labels), taints=[Taint.model_validate(POLICY_TAINT)])
+    # the record holds the policy's labels and taints, not the operator's own policy/mode labels
+    owned = Owned(
+        labels=dict(contract.DEFAULT_NODE_LABELS), taints=[Taint.model_validate(POLICY_TAINT)]
+    )
     if released.device_plugin is not None:
         labels[contract.LABEL_DEVICE_PLUGIN] = released.device_plugin
     return {

@@ -2,6 +2,7 @@
 
     vgpu-operator agent [--node N] [--kubeconfig F] [--context C] [--nvidia-smi PATH]
                         [--timeout S] [--resync S] [--retry S] [--liveness URL] [--once]
+                        [--log-format text|json]
 
 `--node` defaults to $NODE_NAME (the downward API in the DaemonSet), `--nvidia-smi` to
 $VGPU_NVIDIA_SMI or `nvidia-smi` on PATH, credentials to the kubeconfig, $KUBECONFIG or the
@@ -58,6 +59,12 @@ def add_subcommand(sub: Any) -> None:
     )
     agent.add_argument("--once", action="store_true", help="act once, report and exit")
     agent.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    agent.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line (values escaped in both)",
+    )
     agent.set_defaults(func=cmd_agent)
 
 
@@ -65,10 +72,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if not args.node:
         print(f"vgpu-operator agent: no node name (--node or ${ENV_NODE})", file=sys.stderr)
         return 2
-    logging.basicConfig(
+    from vgpu_operator import logs
+
+    logs.setup(
+        args.log_format,
         level=logging.DEBUG if args.verbose else logging.INFO,
-        format=f"%(asctime)s %(levelname)s agent[{args.node}] %(message)s",
-        stream=sys.stderr,
+        text_format=f"%(asctime)s %(levelname)s agent[{args.node}] %(message)s",
+        fields={"node": args.node},
     )
     return asyncio.run(run_agent(args))
 

@@ -9,7 +9,9 @@ failure, the retry) is due:
     PATCH state=applying -> reconcile_gpus -> GET -> one PATCH with the terminal state and the
     inventory, only what differs (none when the Node already says it) -> an Event if decide says so.
 
-A killed agent leaves `applying` and its partial work behind; the next start re-plans from what
+Whatever escapes the action (an nvidia-smi output the parser does not know, a bug) ends it as
+`failed` with the error, reported like any outcome. A killed agent leaves `applying` and its
+partial work behind; the next start re-plans from what
 the hardware has and finishes the job (the planner keeps what already matches). SIGTERM lets the
 action under way finish and then stops; a second signal cancels it (agent.cli).
 
@@ -153,7 +155,13 @@ class Agent:
         self.actions += 1
         mode = rel.config.mode if rel.config is not None else ("invalid" if rel.error else "none")
         log.info("acting (%s): released mode %s, state %s", why, mode, view.state or "-")
-        outcome = await self._apply(view, rel, previous)
+        try:
+            outcome = await self._apply(view, rel, previous)
+        except kubeapi.ApiError:
+            raise  # the API: the loop tries again after a back-off
+        except Exception as exc:  # odd nvidia-smi output, a bug: the node still gets a final state
+            log.exception("action (%s) failed inside the agent", why)
+            outcome = Outcome("failed", Reason.INTERNAL, f"{type(exc).__name__}: {exc}")
         self.memory.last_state = outcome.state
         delay = decide.next_delay(
             outcome.state, resync=self.options.resync, retry=self.options.retry

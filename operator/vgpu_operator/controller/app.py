@@ -2,14 +2,16 @@
 
     Settings (frozen: credentials, options, operator config)
       -> start(): one API client, one Event poster,
-                  informers of Nodes and policies (kubeapi.list_watch), the policy reconciler,
-                  the configuration reconciler; their tasks
+                  informers of Nodes and policies (kubeapi.list_watch), the pod index (pods
+                  holding GPU resources, per node), the DaemonSet informer, the policy
+                  reconciler, the configuration reconciler, the unschedulable pod warnings;
+                  their tasks
       -> Controller.stop()
 
 Kopf (controller.handlers) calls `start` from its start-up hook, directly or once this replica
-leads (controller.leader), and `stop` from its clean-up; its ConfigMap and workload watches only
+leads (controller.leader), and `stop` from its clean-up; its ConfigMap and Deployment watches only
 call `request_configuration_pass`. The watch callbacks here only turn events into requests for
-work; the reconcilers do the rest.
+work (and a pending GPU pod into its fit check); the reconcilers do the rest.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from typing import Any
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.informer import DELETED, Change, Informer
+from vgpu_operator.controller.pods import PodIndex
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
-from vgpu_operator.controller.snapshot import compact_node
+from vgpu_operator.controller.snapshot import compact_daemonset, compact_node
+from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.core.findings import CONDITION, ConditionValue
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
+from vgpu_operator.core.pods import gpu_resources, interned
+from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.kubeapi.events import EventPoster
@@ -35,6 +41,9 @@ from vgpu_operator.models.config import OperatorConfig
 log = logging.getLogger("vgpu_operator.controller")
 
 USER_AGENT = "vgpu-operator"
+DAEMONSETS_PATH = "/apis/apps/v1/daemonsets"
+
+Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -58,8 +67,17 @@ class IndexedNode:
     uid: str
 
 
+def kept_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The compact Node, its strings interned (thousands of Nodes repeat the same ones)."""
+    kept: dict[str, Any] = interned(compact_node(body))
+    return kept
+
+
 def indexed_node(body: Mapping[str, Any]) -> IndexedNode:
-    return IndexedNode(node_facts(body), compact_node(body), str(body["metadata"].get("uid", "")))
+    """Both parts from the compact Node (it keeps all `node_facts` reads; a listed Node comes
+    compact already): the facts share its strings."""
+    obj = kept_node(body)
+    return IndexedNode(node_facts(obj), obj, str(body["metadata"].get("uid", "")))
 
 
 def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
@@ -83,11 +101,22 @@ class Controller:
             api, component=USER_AGENT, instance=settings.user_agent, field_manager=None
         )
         self.nodes: Informer[IndexedNode] = Informer(
-            api, "nodes", kubeapi.node_path(), indexed_node, self.node_event
+            api,
+            "nodes",
+            kubeapi.node_path(),
+            indexed_node,
+            self.node_event,
+            # A listing of thousands of Nodes is cut down page by page, not held whole.
+            kubeapi.WatchOptions(reduce=kept_node),
         )
         self.policies: Informer[PolicyEntry] = Informer(
             api, "policies", kubeapi.policy_path(), policy_entry, self.policy_event
         )
+        self.pods = PodIndex(api, gpu_resources(settings.config), self.pod_event)
+        self.daemonsets: Informer[Obj] = Informer(
+            api, "daemonsets", DAEMONSETS_PATH, compact_daemonset, self.daemonset_event
+        )
+        self.unschedulable = UnschedulableWarnings(self.events, fresh=self.snapshot_fresh)
         self.reconciler = Reconciler(
             api=api,
             snapshot=self.snapshot,
@@ -105,6 +134,9 @@ class Controller:
                 options=settings.volcano,
                 on_findings_changed=self.reconciler.request_full,  # ConfigConsistent
                 node_source=self.node_objects,
+                pod_source=self.gpu_pods,
+                daemonset_source=self.daemonset_objects,
+                on_snapshot=self.snapshot_taken,
                 nodes_idle=self.reconciler.idle,
             )
         self.tasks: list[asyncio.Task[None]] = []
@@ -114,12 +146,16 @@ class Controller:
         tasks = {
             "vgpu-watch-nodes": self.nodes.run(),
             "vgpu-watch-policies": self.policies.run(),
+            "vgpu-watch-pods": self.pods.run(),
             # No pass before both listings are in: with the policies not yet known, every
             # owned node would look like a node of a deleted policy, and be cleaned.
             "vgpu-reconciler": after(self.wait_synced(), self.reconciler.run()),
         }
         if self.volcano is not None:
-            tasks["vgpu-volcano"] = self.volcano.run()
+            tasks["vgpu-watch-daemonsets"] = self.daemonsets.run()
+            # Nor a configuration pass before the pods and DaemonSets are in: it reads them
+            # from there, and lists no Pod or DaemonSet across the cluster.
+            tasks["vgpu-volcano"] = after(self.wait_sources(), self.volcano.run())
         self.tasks = [asyncio.create_task(coro, name=name) for name, coro in tasks.items()]
 
     async def stop(self) -> None:
@@ -136,6 +172,30 @@ class Controller:
         """Until both watches have delivered their first listing: what they hold is the cluster."""
         await self.nodes.synced.wait()
         await self.policies.synced.wait()
+
+    async def wait_sources(self) -> None:
+        """Until the pod index and the DaemonSet informer have their first listing."""
+        await self.pods.synced.wait()
+        await self.daemonsets.synced.wait()
+
+    def gpu_pods(self) -> list[Obj] | None:
+        return self.pods.pods() if self.pods.synced.is_set() else None
+
+    def daemonset_objects(self) -> list[Obj] | None:
+        if not self.daemonsets.synced.is_set():
+            return None
+        return list(self.daemonsets.items.values())
+
+    def snapshot_fresh(self) -> bool:
+        """The last configuration pass's snapshot still holds: no pass is due, no Node is
+        being written."""
+        return self.volcano is not None and not self.volcano.due() and self.reconciler.idle.is_set()
+
+    def snapshot_taken(self, snapshot: ClusterSnapshot) -> None:
+        try:
+            self.unschedulable.snapshot_taken(snapshot, self.pods.unbound())
+        except Exception:  # the warnings must not fail the configuration pass
+            log.exception("checking pending GPU pods failed")
 
     def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:
         return {k: v.facts for k, v in self.nodes.items.items()}, dict(self.policies.items)
@@ -185,6 +245,23 @@ class Controller:
         if self.reconciler.is_own_write(change.name, facts):
             return  # the echo of the operator's own PATCH
         self.reconciler.request_nodes([change.name])
+
+    async def pod_event(self, change: Change[Obj]) -> None:
+        """A GPU pod came, changed or went: a pending one gets its fit check."""
+        await self.unschedulable.pod_changed(change)
+
+    async def daemonset_event(self, change: Change[Obj]) -> None:
+        """A configured plugin DaemonSet: a pass on every event (its rollout shows in its
+        status); any other: when its spec changed (the rules look for MindCluster and NVIDIA
+        device plugins among them)."""
+        if self.volcano is None:
+            return
+        meta = change.obj.get("metadata") or {}
+        named = (meta.get("namespace"), str(meta.get("name", "")))
+        if self.volcano.watches("DaemonSet", *named) or _spec(change.previous) != _spec(
+            change.item
+        ):
+            self.request_configuration_pass()
 
     async def policy_event(self, change: Change[PolicyEntry]) -> None:
         name = change.name
@@ -254,3 +331,12 @@ def same_facts(a: NodeFacts, b: NodeFacts) -> bool:
         and a.taints == b.taints
         and a.errors == b.errors
     )
+
+
+def _spec(ds: Mapping[str, Any] | None) -> Any:
+    """A DaemonSet as far as the rules read it: all but its resourceVersion (status changes
+    come with a new one and nothing else)."""
+    if ds is None:
+        return None
+    meta = {k: v for k, v in (ds.get("metadata") or {}).items() if k != "resourceVersion"}
+    return (meta, ds.get("spec"))

@@ -1,12 +1,13 @@
 """Kopf's part: login, settings, start-up and clean-up, and the watches of the few objects the
-configuration reconciler reads (ConfigMaps, the plugins' DaemonSets, the scheduler Deployment).
+configuration reconciler reads (ConfigMaps, the scheduler Deployment).
 
-Nodes and policies are watched by the lean informer (`controller.informer`), not by Kopf: Node
-events come by the thousand, and Kopf's per-event pipeline cost more than the operator's own work
-(and its change-detecting handlers would store their state in annotations on every Node: extra
-writes). Start-up starts the controller (`controller.app.start`) at once, or, with leader
-election, when this replica leads (`controller.leader`); a standby serves its liveness endpoint
-and exports `vgpu_operator_leader 0`, and writes nothing. A leader that loses its lease stops
+Nodes, policies, Pods and DaemonSets are watched by the lean informer (`controller.informer`),
+not by Kopf: Node and Pod events come by the thousand, and Kopf's per-event pipeline cost more
+than the operator's own work (and its change-detecting handlers would store their state in
+annotations on every Node: extra writes). Start-up starts the controller
+(`controller.app.start`) at once, or, with leader election, when this replica leads
+(`controller.leader`); a standby serves its liveness endpoint and exports
+`vgpu_operator_leader 0`, and writes nothing. A leader that loses its lease stops
 the controller and then the process (`Runtime.lost`), as client-go's leader election does.
 """
 
@@ -97,6 +98,12 @@ class Runtime:
                     self.controller.reconciler.passes if self.controller is not None else 0
                 ),
                 "leader": lambda: self.elector.is_leader if self.elector is not None else True,
+                # The pod index: listed yet, and how many GPU pods it holds (the benchmark
+                # reads these to tell when the listing has settled).
+                "podIndexSynced": lambda: (
+                    self.controller is not None and self.controller.pods.synced.is_set()
+                ),
+                "gpuPods": lambda: len(self.controller.pods) if self.controller is not None else 0,
             }
             self._health = await health.serve(self.liveness, self.health_checks(), info)
 
@@ -180,10 +187,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
         @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
         async def configmap_event(**_: Any) -> None:
-            runtime.request_configuration_pass()
-
-        @kopf.on.event("apps", "v1", "daemonsets", registry=registry, when=wanted("DaemonSet"))
-        async def daemonset_event(**_: Any) -> None:
             runtime.request_configuration_pass()
 
         @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))

@@ -33,3 +33,8 @@ RECONCILE_SECONDS = Histogram(
     "vgpu_operator_reconcile_duration_seconds",
     "Time to reconcile one policy across its nodes",
 )
+UNSCHEDULABLE_WARNINGS = Counter(
+    "vgpu_operator_unschedulable_pod_warnings_total",
+    "Warning Events posted on pods that can never be scheduled, by cause",
+    ["cause"],
+)

@@ -29,6 +29,7 @@ from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.status import compute_status, status_patch
 from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
 from vgpu_operator.waiting import run_passes
 
@@ -56,6 +57,13 @@ class ReconcilerOptions:
     resync_seconds: float = 300.0  # full pass even without events (heals anything missed)
     conflict_retries: int = 3
     status_interval: float = 1.0  # node-triggered passes recompute status at most this often
+    # A node that shows no hardware of its policy's mode is reported, never written: the
+    # operator config's `requireGpuEvidence` (ReconcilerOptions.for_config).
+    require_gpu_evidence: bool = True
+
+    def for_config(self, config: OperatorConfig) -> ReconcilerOptions:
+        """These options with what the operator config decides for the policy reconciler."""
+        return replace(self, require_gpu_evidence=config.require_gpu_evidence)
 
 
 def node_write_backoff() -> Backoff[str]:
@@ -169,13 +177,17 @@ class Reconciler:
         self._overlay_fresh(nodes)
         parsed = [p.parsed for p in policies.values()]
         targets = nodes.values() if full else [nodes[n] for n in only if n in nodes]
-        planned = plan_cluster(targets, parsed)
+        planned = plan_cluster(
+            targets, parsed, require_gpu_evidence=self.options.require_gpu_evidence
+        )
         written = await self._write_nodes(planned.plans, parsed, nodes)
         self.passes += 1
         now = time.monotonic()
         if full or written or now - self._last_status >= self.options.status_interval:
             self._last_status = now
-            cluster = plan_cluster(nodes.values(), parsed)
+            cluster = plan_cluster(
+                nodes.values(), parsed, require_gpu_evidence=self.options.require_gpu_evidence
+            )
             self._emit_events(cluster, policies, written)
             await self._write_statuses(cluster, nodes, policies)
             await self._release_finalizers(cluster, nodes, policies)
@@ -249,7 +261,11 @@ class Reconciler:
                         self._node_gone(plan.node, nodes)
                         return
                     nodes[plan.node] = node_facts(fresh)
-                    plan = plan_cluster([nodes[plan.node]], parsed).plans[plan.node]
+                    plan = plan_cluster(
+                        [nodes[plan.node]],
+                        parsed,
+                        require_gpu_evidence=self.options.require_gpu_evidence,
+                    ).plans[plan.node]
                     continue
                 except kubeapi.NotFound:
                     self._node_gone(plan.node, nodes)
@@ -458,13 +474,19 @@ def _written(
 ) -> dict[str, Any]:
     """The Node after a write, from a metadata-only response: its taints are the patch's when
     it set them, else the ones it had (the PATCH carried the resourceVersion they were read
-    at, so nobody changed them in between). A full Node response is taken as it is."""
+    at, so nobody changed them in between), and its device capacity the one it had (a label
+    write does not change it). A full Node response is taken as it is."""
     if "spec" in response:
         return dict(response)
     spec = patch.get("spec") or {}
     kept = [dict(t) for t in (before.taints if before else ())]
     taints = spec.get("taints", kept)
-    return {"metadata": response.get("metadata") or {}, "spec": {"taints": taints}}
+    capacity = dict(before.capacity) if before else {}
+    return {
+        "metadata": response.get("metadata") or {},
+        "spec": {"taints": taints},
+        "status": {"capacity": capacity},
+    }
 
 
 def _as_status(raw: Mapping[str, Any]) -> VGPUNodePolicyStatus:

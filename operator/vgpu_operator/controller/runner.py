@@ -73,7 +73,7 @@ class OperatorThread:
         logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)
         settings = Settings(
             credentials=self.credentials,
-            options=self.options,
+            options=self.options.for_config(self.config),
             config=self.config,
             volcano=self.volcano,
             user_agent=self.user_agent,

@@ -1,21 +1,35 @@
 """Read a `ClusterSnapshot` from the apiserver: the few named ConfigMaps, Deployments and
-DaemonSets the rules look at, and every Node and Pod, listed in pages.
+DaemonSets the rules look at, the Nodes, the DaemonSets and the Pods the rules read.
 
 Reads only, plain JSON through `kubeapi.request`. Named objects are fetched with one GET each
-(404: absent); Nodes and Pods are listed (no per-node GET), 500 per page, finished Pods left out
-by a field selector, and each item cut down to the fields the rules read (no managedFields, no
-status conditions), so a 5,000-node cluster stays a few megabytes in memory.
+(404: absent). The controller hands in what its watches hold: the Nodes, every DaemonSet
+(compact) and the pods holding GPU resources (its pod index); a pass then lists only the pods of
+the components (the scheduler Deployment, the device plugin DaemonSets, NVIDIA's device
+plugin), each with its namespace and its own label selector, and never lists Pods or
+DaemonSets across the cluster. Without them (`doctor`), Nodes, DaemonSets and Pods are listed,
+500 per page, finished Pods left out by a field selector. Every item is cut down to the fields
+the rules read (no managedFields, no status conditions).
+
+So in the controller's snapshot `pods` holds the GPU pods and the component pods, not every
+pod: a rule that looks for other pods sees them only through `doctor`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
+from vgpu_operator.core.pods import (
+    compact_meta,
+    compact_pod,
+    label_selector,
+    nvidia_plugin_workload,
+    pod_key,
+)
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import (
@@ -23,24 +37,12 @@ from vgpu_operator.models.volcano import (
     PLUGIN_CM_NAMESPACES,
     PayloadError,
 )
-from vgpu_operator.models.volcano_views import parse_scheduler_conf
+from vgpu_operator.models.volcano_views import WorkloadView, parse_scheduler_conf, workload_view
 
 Obj = dict[str, Any]
 PAGE = 500
 
-# What of a Node and of a Pod the rules read (everything else is dropped after listing).
-_META_KEYS = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "labels",
-    "annotations",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "ownerReferences",
-)
-_CONTAINER_KEYS = ("name", "image", "resources", "command", "args")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def configmap_path(namespace: str, name: str | None = None) -> str:
@@ -80,41 +82,30 @@ async def list_all(
         params = {**params, "continue": token}
 
 
-def _meta(obj: Mapping[str, Any]) -> Obj:
-    meta = obj.get("metadata") or {}
-    return {k: meta[k] for k in _META_KEYS if k in meta}
-
-
 def compact_node(node: Mapping[str, Any]) -> Obj:
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": _meta(node),
+        "metadata": compact_meta(node),
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
         "status": {k: status[k] for k in ("capacity", "allocatable") if k in status},
     }
 
 
-def _containers(items: Iterable[Mapping[str, Any]] | None) -> list[Obj]:
-    return [{k: c[k] for k in _CONTAINER_KEYS if k in c} for c in items or []]
-
-
-def compact_pod(pod: Mapping[str, Any]) -> Obj:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+def compact_daemonset(ds: Mapping[str, Any]) -> Obj:
+    """What the rules read of a DaemonSet: its metadata (no managedFields, no copy of the last
+    applied manifest) and spec; not its status."""
+    meta = {k: v for k, v in (ds.get("metadata") or {}).items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
     return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": _meta(pod),
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "schedulerName": spec.get("schedulerName"),
-            "containers": _containers(spec.get("containers")),
-            "initContainers": _containers(spec.get("initContainers")),
-        },
-        "status": {k: status[k] for k in ("phase", "reason", "startTime") if k in status},
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": meta,
+        "spec": ds.get("spec") or {},
     }
 
 
@@ -166,18 +157,40 @@ async def read_configmaps(api: client.ApiClient, config: OperatorConfig) -> list
     return [_with_kind(cm, "ConfigMap", "v1") for cm in by_ref.values()]
 
 
+def plugin_refs(config: OperatorConfig) -> list[tuple[str, str]]:
+    """The DaemonSets the operator configures (and may write)."""
+    refs = [config.device_plugin, config.ascend_device_plugin]
+    return list(dict.fromkeys((r.namespace, r.name) for r in refs))
+
+
 async def read_workloads(
-    api: client.ApiClient, config: OperatorConfig
+    api: client.ApiClient, config: OperatorConfig, daemonsets: list[Obj] | None = None
 ) -> tuple[list[Obj], list[Obj]]:
     """(Deployments, DaemonSets): the scheduler Deployment, and every DaemonSet (there are few;
-    the rules look for Ascend MindCluster plugins among them by their flags)."""
+    the rules look for Ascend MindCluster plugins among them by their flags). `daemonsets`:
+    every DaemonSet, compact, from the caller's watch: the configured plugins are then read
+    by name all the same (a pass reads them again after writing them); None: list them."""
     sched = config.scheduler.deployment
-    deployment = await get_or_none(api, workload_path("Deployment", sched.namespace, sched.name))
-    daemonsets = await list_all(api, "/apis/apps/v1/daemonsets")
-    return (
-        [_with_kind(deployment, "Deployment", "apps/v1")] if deployment else [],
-        [_with_kind(ds, "DaemonSet", "apps/v1") for ds in daemonsets],
-    )
+    dep_path = workload_path("Deployment", sched.namespace, sched.name)
+    if daemonsets is None:
+        deployment, listed = await asyncio.gather(
+            get_or_none(api, dep_path), list_all(api, "/apis/apps/v1/daemonsets")
+        )
+        found = [_with_kind(ds, "DaemonSet", "apps/v1") for ds in listed]
+    else:
+        refs = plugin_refs(config)
+        deployment, *named = await asyncio.gather(
+            get_or_none(api, dep_path),
+            *(get_or_none(api, workload_path("DaemonSet", ns, name)) for ns, name in refs),
+        )
+        fresh = [compact_daemonset(ds) for ds in named if ds is not None]
+        found = [*fresh, *(d for d in daemonsets if _ref_of(d) not in refs)]
+    return ([_with_kind(deployment, "Deployment", "apps/v1")] if deployment else [], found)
+
+
+def _ref_of(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
 async def read_nodes(api: client.ApiClient) -> list[Obj]:
@@ -189,28 +202,74 @@ async def read_pods(api: client.ApiClient) -> list[Obj]:
     return [compact_pod(p) for p in pods]
 
 
-async def read_snapshot(
-    api: client.ApiClient, config: OperatorConfig, nodes: list[Obj] | None = None
-) -> ClusterSnapshot:
-    """Everything the rules read, in a handful of requests (plus one per 500 Nodes/Pods).
-    `nodes`: the compact Nodes when the caller already has them (the controller keeps them
-    from its watch); None: list them."""
+def component_workloads(
+    config: OperatorConfig, deployments: list[Obj], daemonsets: list[Obj]
+) -> list[WorkloadView]:
+    """The workloads whose pods the rules read: the scheduler, the configured device plugins
+    and NVIDIA's device plugin wherever it runs."""
+    views = [workload_view(d) for d in deployments]
+    refs = plugin_refs(config)
+    for ds in daemonsets:
+        view = workload_view(ds)
+        if (view.namespace, view.name) in refs or nvidia_plugin_workload(
+            view, config.nvidia_device_plugin
+        ):
+            views.append(view)
+    return views
 
-    async def given() -> list[Obj]:
-        assert nodes is not None
-        return nodes
 
-    configmaps, (deployments, daemonsets), node_list, pods = await asyncio.gather(
-        read_configmaps(api, config),
-        read_workloads(api, config),
-        read_nodes(api) if nodes is None else given(),
-        read_pods(api),
+async def read_component_pods(api: client.ApiClient, views: list[WorkloadView]) -> list[Obj]:
+    """The live pods of each workload: one namespaced list per workload, by its selector (a
+    workload without matchLabels selects no pod, as `WorkloadView.selects` has it)."""
+    lists = await asyncio.gather(
+        *(
+            list_all(
+                api,
+                f"/api/v1/namespaces/{v.namespace}/pods",
+                {
+                    "labelSelector": label_selector(v.match_labels),
+                    "fieldSelector": "status.phase!=Succeeded",
+                },
+            )
+            for v in views
+            if v.match_labels
+        )
     )
+    return [compact_pod(p) for items in lists for p in items]
+
+
+async def read_snapshot(
+    api: client.ApiClient,
+    config: OperatorConfig,
+    nodes: list[Obj] | None = None,
+    *,
+    gpu_pods: list[Obj] | None = None,
+    daemonsets: list[Obj] | None = None,
+) -> ClusterSnapshot:
+    """Everything the rules read, in a handful of requests (plus one per 500 listed objects).
+    What the caller already has from its watches, it hands in: `nodes` (compact), `daemonsets`
+    (compact, every one) and `gpu_pods` (the pods holding GPU resources; the components' pods
+    are then listed per workload). None: listed across the cluster (`doctor`)."""
+
+    async def given(items: list[Obj] | None) -> list[Obj]:
+        assert items is not None
+        return items
+
+    configmaps, (deployments, found), node_list, pods = await asyncio.gather(
+        read_configmaps(api, config),
+        read_workloads(api, config, daemonsets),
+        read_nodes(api) if nodes is None else given(nodes),
+        read_pods(api) if gpu_pods is None else given(gpu_pods),
+    )
+    if gpu_pods is not None:
+        views = component_workloads(config, deployments, found)
+        components = await read_component_pods(api, views)
+        pods = list({pod_key(p): p for p in (*gpu_pods, *components)}.values())
     return ClusterSnapshot(
         config=config,
         configmaps=configmaps,
         deployments=deployments,
-        daemonsets=daemonsets,
+        daemonsets=found,
         nodes=node_list,
         pods=pods,
     )

@@ -57,7 +57,7 @@ HISTORY = 1000  # writes and restarts remembered (for logs, tests and the demo)
 class VolcanoOptions:
     enabled: bool = True
     debounce_seconds: float = 0.5  # gather a burst of events into one pass
-    min_pass_seconds: float = 2.0  # at most one pass this often (each pass lists Nodes and Pods)
+    min_pass_seconds: float = 2.0  # at most one pass this often
     resync_seconds: float = 300.0
     restart_settle_seconds: float = 5.0  # quiet time after the last change before a restart
     stranded_checks: tuple[float, ...] = (5.0, 30.0)  # passes after a restart, for stranded pods
@@ -77,6 +77,12 @@ class VolcanoReconciler:
     # The compact Nodes from the controller's watch; None until it has listed them all (a
     # pass then lists them itself).
     node_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
+    # The pods holding GPU resources (the controller's pod index) and every DaemonSet
+    # (compact), from the controller's watches; None: a pass lists them (as `doctor` does).
+    pod_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
+    daemonset_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
+    # Called with each pass's snapshot once its rules have run (the unschedulable pod checks).
+    on_snapshot: Callable[[ClusterSnapshot], None] = lambda snapshot: None
     # Set while the policy reconciler is not writing Nodes (None: never wait).
     nodes_idle: asyncio.Event | None = None
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -91,6 +97,7 @@ class VolcanoReconciler:
     _registered: dict[str, int] = field(default_factory=dict)
     _scheduler_device: tuple[str, str] | None = None  # the ConfigMap the scheduler conf names
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _in_pass: bool = False
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
     # Objects whose writes were refused (not 404/409), from pass to pass (`volcano_writes`).
     backoff: WriteBackoff = field(default_factory=write_backoff)
@@ -98,6 +105,10 @@ class VolcanoReconciler:
     # -- requests ---------------------------------------------------------------------------
     def request(self) -> None:
         self._wake.set()
+
+    def due(self) -> bool:
+        """A pass is asked for or running: the last snapshot may be out of date."""
+        return self._wake.is_set() or self._in_pass
 
     def request_at(self, when: datetime) -> None:
         delay = max(0.0, (when - self.now()).total_seconds())
@@ -160,7 +171,11 @@ class VolcanoReconciler:
         )
 
     async def _pass(self, resync: bool) -> bool:
-        await self.reconcile()
+        self._in_pass = True
+        try:
+            await self.reconcile()
+        finally:
+            self._in_pass = False
         return True
 
     async def _wait_for_node_writes(self) -> None:
@@ -169,8 +184,17 @@ class VolcanoReconciler:
         if self.nodes_idle is not None:
             await wait_set(self.nodes_idle, self.options.max_defer_seconds)
 
+    async def read(self) -> ClusterSnapshot:
+        return await read_snapshot(
+            self.api,
+            self.config,
+            self.node_source(),
+            gpu_pods=self.pod_source(),
+            daemonsets=self.daemonset_source(),
+        )
+
     async def reconcile(self) -> None:
-        snapshot = await read_snapshot(self.api, self.config, self.node_source())
+        snapshot = await self.read()
         if self.config.mode == "enforce":
             snapshot = await self._enforce(snapshot)
         src = snapshot.scheduler_device_config
@@ -179,11 +203,17 @@ class VolcanoReconciler:
         self.findings = results.findings
         self.passes += 1
         self._report(snapshot, results.findings)
+        self.on_snapshot(snapshot)
 
     # -- enforce ----------------------------------------------------------------------------
     async def _enforce(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         now = self.now()
-        result = await enforce_configuration(self.api, snapshot, now, self.backoff)
+        settings = planner.RestartSettings.from_config(
+            self.config, self.options.restart_settle_seconds
+        )
+        result = await enforce_configuration(
+            self.api, snapshot, now, self.backoff, self._ledger, settings
+        )
         if result.conflicts:
             self.request()  # rendered from an outdated object: again on the newer one
         if result.written:
@@ -191,18 +221,25 @@ class VolcanoReconciler:
             for w in result.written:
                 log.info("wrote %s %s/%s: %s", w.kind, w.namespace, w.name, w.what)
                 self._post_normal(w.kind, w.namespace, w.name, w.uid, "ConfigRendered", w.what)
-            snapshot = await read_snapshot(self.api, self.config, self.node_source())
-        if result.plugin_args_patched:
-            ref = self.config.device_plugin
-            key = planner.daemonset_key(ref.namespace, ref.name)
-            self._ledger[key] = now  # the args change rolls the DaemonSet by itself
-        settings = planner.RestartSettings.from_config(
-            self.config, self.options.restart_settle_seconds
-        )
+            snapshot = await self.read()
+        for _, namespace, name in result.rolled:
+            # a pod template change (args, placement) rolls the DaemonSet: a restart
+            self._ledger[planner.daemonset_key(namespace, name)] = now
+        if result.rollout_wait is not None:
+            self.request_at(result.rollout_wait)  # a placement patch waits for the limits
         keep = max(settings.min_interval, timedelta(minutes=10))
         self._ledger = planner.prune(self._ledger, now, keep)
         plan = planner.plan_restarts(restart_inputs(snapshot), self._ledger, settings, now)
-        done = [a for a in plan.actions if await restart(self.api, a, now, snapshot, self.backoff)]
+        plugin = (self.config.device_plugin.namespace, self.config.device_plugin.name)
+        actions = [
+            a
+            for a in plan.actions
+            if not (
+                (a.kind == "rollout-daemonset" and (a.namespace, a.name) in result.pending)
+                or (a.kind == "delete-pod" and plugin in result.pending)
+            )
+        ]  # the DaemonSet's own pending template change restarts those pods
+        done = [a for a in actions if await restart(self.api, a, now, snapshot, self.backoff)]
         self._ledger = planner.record(self._ledger, done, now)
         for action in done:
             log.warning(

@@ -240,10 +240,16 @@ async def _write_configmap(
 
 
 def _render(label: str, render: Any, *args: Any, **kwargs: Any) -> Rendered | None:
+    """The rendered ConfigMap when it changed; None (nothing written) when it did not, or when
+    the renderer could not read the current one: the `payload-readable` and `*-rendered`
+    rules report that with the object and the key. Nothing a ConfigMap holds may fail a pass."""
     try:
         rendered: Rendered = render(*args, **kwargs)
     except RenderError as exc:
-        log.warning("not rendering %s: %s", label, exc)
+        log.warning("not rendering %s: %r", label, str(exc))
+        return None
+    except Exception as exc:  # a renderer's bug must not stop the other writes and the rules
+        log.error("not rendering %s: %s: %r", label, type(exc).__name__, str(exc))
         return None
     return rendered if rendered.changed else None
 

@@ -8,16 +8,24 @@ the components' own: a model string is a substring of the device type `NVIDIA-<N
 
 Sources of appended entries, in order: the operator config's catalog, the built-in defaults
 (A30, A100 40/80 GB, H100 80 GB, H200; memory values of the current plugin manifest where it has
-the model, else of `core.mig_catalog`), and entries built from the profiles a node agent reports
-(`vgpu.volcano.sh/inventory`). When the agent reports a model's profiles, the appended entry's
-memory values are the reported ones (the hardware's own numbers).
+the model, else of `core.mig_catalog`), the other models of `core.mig_catalog`, and only for a
+model none of these knows, the profiles a node agent reports (`vgpu.volcano.sh/inventory`).
+
+The list is cluster-wide and append-only, and an inventory is written by whoever may annotate
+that Node: so an inventory never changes what the catalog says about a model it knows (a
+disagreement is a warning of the `mig-geometry-reports` rule, never a write), and an unknown
+model is added from an inventory only when the report passes `report_problem`: the profiles were
+read from the driver (`nvidia-smi mig -lgip`, not the agent's fallback table), every GPU of the
+model on that node lists the same ones, and each is a well-formed `<G>g.<GB>gb` profile whose
+memory matches its name (0.8 to 1.05 times <GB> GiB; the catalog's own range is 0.89 to 0.99),
+fits the GPU, and whose count fits the GPU's seven compute slices.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vgpu_operator.core import mig_catalog
 from vgpu_operator.models.config import OperatorConfig
@@ -42,23 +50,63 @@ class ReportedProfile:
 
 @dataclass(frozen=True)
 class ReportedGpuModel:
-    """What an agent reports for one GPU model: its NVML name and its GPU-instance profiles."""
+    """What an agent reports for one GPU model: its NVML name and its GPU-instance profiles;
+    `memory_mib` the GPU's memory (0: not said), `problem` why the report as a whole is not
+    trusted (its GPUs disagree, the profiles are not the driver's)."""
 
     nvml_name: str
     profiles: tuple[ReportedProfile, ...] = ()
+    memory_mib: int = 0
+    problem: str | None = None
 
 
 def reported_from_inventory(inventory: Inventory) -> list[ReportedGpuModel]:
     """One entry per distinct NVML name of the node's MIG-capable GPUs."""
     out: dict[str, ReportedGpuModel] = {}
     for gpu in inventory.gpus:
-        if not gpu.mig_capable or gpu.name in out:
+        if not gpu.mig_capable:
             continue
-        out[gpu.name] = ReportedGpuModel(
-            nvml_name=gpu.name,
-            profiles=tuple(ReportedProfile(p.name, p.memory_mib, p.count) for p in gpu.profiles),
-        )
+        profiles = tuple(ReportedProfile(p.name, p.memory_mib, p.count) for p in gpu.profiles)
+        seen = out.get(gpu.name)
+        if seen is not None:
+            if seen.problem is None and seen.profiles != profiles:
+                out[gpu.name] = replace(
+                    seen, problem="its GPUs list different profiles on the same node"
+                )
+            continue
+        problem = None
+        if profiles and gpu.profiles_source != "driver":
+            problem = (
+                f"its profiles come from the agent's table ({gpu.profiles_source}), not the driver"
+            )
+        out[gpu.name] = ReportedGpuModel(gpu.name, profiles, gpu.memory_mib, problem)
     return list(out.values())
+
+
+_PROFILE_NAME = re.compile(r"^([1-8])g\.([0-9]+)gb(\+me|\+gfx|-me)?$")
+MEMORY_RATIO = (0.8, 1.05)  # memory of a <G>g.<GB>gb profile / (<GB> GiB)
+
+
+def report_problem(reported: ReportedGpuModel) -> str | None:
+    """Why a report may not add its model to knownMigGeometries (None: it may); see the module
+    docstring for what is checked."""
+    if reported.problem is not None:
+        return reported.problem
+    if not any(BASE_PROFILE.match(p.name) for p in reported.profiles):
+        return "it lists no GPU-instance profile"
+    for p in reported.profiles:
+        named = _PROFILE_NAME.match(p.name)
+        if named is None:
+            continue  # compute-instance or other listings: not used
+        slices, gib = int(named.group(1)), int(named.group(2))
+        low, high = (gib * 1024 * r for r in MEMORY_RATIO)
+        if not low <= p.memory_mib <= high:
+            return f"{p.name} has {p.memory_mib} MiB, not about {gib} GiB"
+        if reported.memory_mib and p.memory_mib > reported.memory_mib:
+            return f"{p.name} has more memory ({p.memory_mib} MiB) than the GPU"
+        if not 1 <= p.max_count <= 7 or (BASE_PROFILE.match(p.name) and slices * p.max_count > 8):
+            return f"{p.name} x{p.max_count} does not fit one GPU"
+    return None
 
 
 def _entry(models: list[str], groups: list[list[tuple[str, int, int]]]) -> MigGeometryEntry:
@@ -154,29 +202,6 @@ class GeometryPlan:
         return bool(self.appended)
 
 
-def _with_reported_memory(
-    entry: MigGeometryEntry, reported: ReportedGpuModel | None
-) -> MigGeometryEntry:
-    if reported is None or not reported.profiles:
-        return entry
-    memory = {p.name: p.memory_mib for p in reported.profiles if p.memory_mib > 0}
-    return entry.model_copy(
-        update={
-            "allowed_geometries": [
-                g.model_copy(
-                    update={
-                        "geometries": [
-                            t.model_copy(update={"memory": memory.get(t.name, t.memory)})
-                            for t in g.geometries
-                        ]
-                    }
-                )
-                for g in entry.allowed_geometries
-            ]
-        }
-    )
-
-
 def _slices(profile: str) -> int:
     return int(profile.split("g.", 1)[0])
 
@@ -207,6 +232,7 @@ def build_known_geometries(
     reported: Sequence[ReportedGpuModel] = (),
     *,
     from_inventory: bool = True,
+    builtins: bool = True,
 ) -> GeometryPlan:
     """Cover every NVML name in `required` (the GPU models of MIG-mode nodes) by appending to
     `existing`; entries already there are returned unchanged and in place."""
@@ -215,19 +241,22 @@ def build_known_geometries(
     entries = list(existing)
     appended: list[MigGeometryEntry] = []
     uncovered: list[str] = []
-    by_name = {r.nvml_name: r for r in reported} if from_inventory else {}
+    by_name = (
+        {r.nvml_name: r for r in reported if report_problem(r) is None} if from_inventory else {}
+    )
     for name in names:
         if first_match(entries, name) is not None:
             continue
         dtype = device_type(name)
         candidate = next((c for c in catalog if c.matches(dtype)), None)
+        known = mig_catalog.model_for_name(name) if builtins else None
         new: MigGeometryEntry | None
         if candidate is not None:
             taken = {m for e in entries for m in e.models}
             models = [m for m in dict.fromkeys(candidate.models) if m not in taken]
-            new = _with_reported_memory(
-                candidate.model_copy(update={"models": models}), by_name.get(name)
-            )
+            new = candidate.model_copy(update={"models": models})
+        elif known is not None and known.mig_capable:
+            new = _synthesized(catalog_report(known))
         elif name in by_name:
             new = _synthesized(by_name[name])
         else:
@@ -241,6 +270,33 @@ def build_known_geometries(
     return GeometryPlan(
         entries=entries, appended=appended, uncovered=uncovered, appended_models=added_for
     )
+
+
+def catalog_report(model: mig_catalog.GpuModel) -> ReportedGpuModel:
+    """A catalog model as if an agent had reported it (the shape `_synthesized` takes)."""
+    return ReportedGpuModel(
+        model.nvml_name,
+        tuple(ReportedProfile(p.name, p.memory_mib, p.max_count) for p in model.profiles),
+        model.memory_mib,
+    )
+
+
+def disagreements(reported: ReportedGpuModel) -> list[str]:
+    """Where a report differs from `core.mig_catalog` for a model it knows: profile memory or
+    count (profiles the table lacks are not compared: newer drivers add some)."""
+    known = mig_catalog.model_for_name(reported.nvml_name)
+    if known is None or not known.mig_capable:
+        return []
+    table = {p.name: p for p in known.profiles}
+    out = []
+    for p in reported.profiles:
+        mine = table.get(p.name)
+        if mine is not None and (p.memory_mib, p.max_count) != (mine.memory_mib, mine.max_count):
+            out.append(
+                f"{p.name} {p.memory_mib} MiB x{p.max_count} (the catalog: "
+                f"{mine.memory_mib} MiB x{mine.max_count})"
+            )
+    return out
 
 
 def uncovered_models(entries: Sequence[MigGeometryEntry], names: Iterable[str]) -> list[str]:

@@ -6,7 +6,6 @@ as an error string, so the planner can report it instead of crashing the handler
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,10 +13,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from vgpu_operator import contract
+from vgpu_operator.core.textcache import ANNOTATIONS
 from vgpu_operator.models.node import NodeConfig, Owned
+from vgpu_operator.models.policy import (
+    SWITCH_LABELS,
+    reserved_label,
+    system_key,
+    valid_label_key,
+    valid_label_value,
+)
 
 # Label prefixes GPU Feature Discovery (and NFD) write; kept apart for the validators.
 GFD_PREFIXES = ("nvidia.com/",)
+# Extended resources kept from a Node's capacity: the device plugins' (GPU evidence).
+DEVICE_RESOURCE_PREFIXES = ("nvidia.com/", "huawei.com/")
 # Annotations of the node contract the core reads.
 CONTRACT_ANNOTATIONS = (
     contract.ANN_OWNED,
@@ -53,6 +62,8 @@ class NodeFacts:
     config: NodeConfig | None = None
     # Parse errors of the contract's annotations, by annotation key.
     errors: Mapping[str, str] = field(default_factory=dict)
+    # The device plugins' extended resources in the Node's capacity (`nvidia.com/gpu: "8"`).
+    capacity: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gfd(self) -> dict[str, str]:
@@ -93,6 +104,8 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
     all_annotations = _str_map(metadata.get("annotations"))
     annotations = {k: v for k, v in all_annotations.items() if k in CONTRACT_ANNOTATIONS}
     taints = tuple(dict(t) for t in (spec.get("taints") or []) if isinstance(t, Mapping))
+    status = raw.get("status") or {}
+    capacity = _str_map(status.get("capacity") or status.get("allocatable"))
     errors: dict[str, str] = {}
 
     owned, error = _owned(annotations.get(contract.ANN_OWNED))
@@ -115,21 +128,56 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
         target=config_of(contract.ANN_TARGET),
         config=config_of(contract.ANN_CONFIG),
         errors=errors,
+        capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)},
     )
 
 
 # Parsed annotations, by their text: the nodes of one pool carry the same few texts, and every
-# watch event of every node is parsed (the models are frozen, so sharing them is safe).
-@functools.lru_cache(maxsize=4096)
+# watch event of every node is parsed (the models are frozen, so sharing them is safe). The
+# cache is bounded in bytes (core.textcache): the texts are anyone's who may annotate Nodes.
 def _owned(raw: str | None) -> tuple[Owned, str | None]:
+    return ANNOTATIONS.get("owned", raw, _parse_owned)
+
+
+def _config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
+    return ANNOTATIONS.get("config", raw, _parse_config)
+
+
+def _parse_owned(raw: str | None) -> tuple[Owned, str | None]:
     try:
-        return Owned.from_annotation(raw), None
+        owned = Owned.from_annotation(raw)
     except (ValidationError, ValueError) as exc:
         return Owned(), _short(exc)
+    untrusted = untrusted_entries(owned)
+    if untrusted:
+        return Owned(), UNTRUSTED + ", ".join(untrusted)
+    return owned, None
 
 
-@functools.lru_cache(maxsize=4096)
-def _config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
+UNTRUSTED = "entries no policy could have made: "
+
+
+def untrusted_entries(owned: Owned) -> list[str]:
+    """What in an ownership record the operator cannot have written: a label a policy may not
+    set (kubernetes.io/, k8s.io/, vgpu.volcano.sh/, an invalid key or value) other than the two
+    GPU Operator switches, a taint with such a key, a `replaced` value for anything but the
+    switches. The record is then not trusted at all (the node is reported, never written): an
+    annotation anyone may edit must not make the operator remove or set what it never owned."""
+    bad: list[str] = []
+    for key, value in owned.labels.items():
+        ownable = key in SWITCH_LABELS or not (reserved_label(key) or system_key(key))
+        if not (ownable and valid_label_key(key) and valid_label_value(value)):
+            bad.append(f"label {key}")
+    for taint in owned.taints:
+        if system_key(taint.key) or not valid_label_key(taint.key):
+            bad.append(f"taint {taint.key}:{taint.effect}")
+    for key, value in owned.replaced.items():
+        if key not in SWITCH_LABELS or not valid_label_value(value):
+            bad.append(f"replaced {key}")
+    return bad
+
+
+def _parse_config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
     try:
         return NodeConfig.from_annotation(raw), None
     except (ValidationError, ValueError) as exc:

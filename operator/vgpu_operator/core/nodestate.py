@@ -35,6 +35,7 @@ from vgpu_operator.core.validate import (
     ParsedPolicy,
     Problem,
     held_by_other_policy,
+    invalid_writes,
     label_collisions,
     label_is_ours,
     node_problems,
@@ -43,7 +44,7 @@ from vgpu_operator.core.validate import (
     taint_is_ours,
 )
 from vgpu_operator.models.node import GPU_OPERATOR_MIG_MANAGER_LABEL, NodeConfig, Owned
-from vgpu_operator.models.policy import Taint, VGPUNodePolicy
+from vgpu_operator.models.policy import Taint, VGPUNodePolicy, system_key
 
 __all__ = [
     "ClusterPlan",
@@ -200,6 +201,8 @@ def _plan_labels(
     for key, recorded in facts.owned.labels.items():
         if key in owned or facts.labels.get(key) != recorded or key in want.labels:
             continue  # still wanted, already gone, taken over by someone, or now the user's
+        if system_key(key):
+            continue  # never Kubernetes' own (an untrusted record blocks the node before this)
         out.labels[key] = facts.owned.replaced.get(key)
     operator_labels: dict[str, str | None] = {
         contract.LABEL_POLICY: want.owner,
@@ -306,9 +309,13 @@ def plan_node(
     assignment: Assignment,
     policies: Mapping[str, ParsedPolicy],
     desired: Mapping[str, Desired] | None = None,
+    *,
+    require_gpu_evidence: bool = True,
 ) -> NodePlan:
     """Decide what to write to one node, given the selection and all policies by name
-    (`desired`: `desired_for` of the policies, precomputed once for many nodes)."""
+    (`desired`: `desired_for` of the policies, precomputed once for many nodes).
+    `require_gpu_evidence`: a node that shows no hardware of its policy's mode is blocked
+    (the operator config's `requireGpuEvidence`)."""
     old_owner = facts.policy_label
     owner = assignment.owner
     base = NodePlan(
@@ -334,12 +341,15 @@ def plan_node(
         return replace(base, action="held", in_sync=in_sync, problems=held)
     problems: list[Problem] = []
     if policy is not None:
-        problems += node_problems(facts, policy.spec)
+        problems += node_problems(facts, policy.spec, require_evidence=require_gpu_evidence)
         problems += label_collisions(facts, want.labels)
         problems += taint_collisions(facts, want.taints)
     if problems:
         return replace(base, action="blocked", new_mode=want.mode, problems=tuple(problems))
     patch = diff(facts, want)
+    invalid = invalid_writes(facts.name, patch) if patch is not None else []
+    if invalid:
+        return replace(base, action="blocked", new_mode=want.mode, problems=tuple(invalid))
     if patch is None:
         action: Action = "none"
     elif owner is None:
@@ -385,17 +395,31 @@ class ClusterPlan:
         return {n: p.patch for n, p in sorted(self.plans.items()) if p.patch is not None}
 
 
-def plan_cluster(nodes: Iterable[NodeFacts], policies: Iterable[ParsedPolicy]) -> ClusterPlan:
+def plan_cluster(
+    nodes: Iterable[NodeFacts],
+    policies: Iterable[ParsedPolicy],
+    *,
+    require_gpu_evidence: bool = True,
+) -> ClusterPlan:
     """Selection and a plan for every node: the whole level-based reconcile, pure."""
     by_name = {p.name: p for p in policies}
     selectable = [p.policy for p in by_name.values() if p.usable and p.policy is not None]
     facts = list(nodes)
     assignments = select(facts, selectable)
     desired = {p.name: desired_for(p) for p in selectable}
-    plans = {f.name: plan_node(f, assignments[f.name], by_name, desired) for f in facts}
+    plans = {
+        f.name: plan_node(
+            f, assignments[f.name], by_name, desired, require_gpu_evidence=require_gpu_evidence
+        )
+        for f in facts
+    }
     return ClusterPlan(assignments=assignments, plans=plans, policies=by_name)
 
 
-def plan_one(facts: NodeFacts, policies: Iterable[ParsedPolicy]) -> NodePlan:
+def plan_one(
+    facts: NodeFacts, policies: Iterable[ParsedPolicy], *, require_gpu_evidence: bool = True
+) -> NodePlan:
     """The plan of one node (a node event): same result as `plan_cluster` gives for it."""
-    return plan_cluster([facts], policies).plans[facts.name]
+    return plan_cluster([facts], policies, require_gpu_evidence=require_gpu_evidence).plans[
+        facts.name
+    ]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, cast
 
 from pydantic import ValidationError
 
@@ -45,6 +45,9 @@ AGENT_MODES = frozenset({"mig"})
 CONDITION_ORDER = ("Ready", "Reconciling", "Stalled", "Conflict")
 WRITE_FAILED = "WriteFailed"  # the reason of a node whose writes the apiserver refuses
 _MAX_MESSAGE = 1000
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 def timestamp(now: datetime) -> str:
@@ -235,7 +238,7 @@ def _finish(
         stamped.append(
             Condition(
                 type=kind,
-                status=status,
+                status=cast(ConditionStatus, status),
                 reason=reason,
                 message=message,
                 observed_generation=generation,

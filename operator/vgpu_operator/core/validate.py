@@ -23,8 +23,14 @@ from pydantic import ValidationError
 
 from vgpu_operator import contract
 from vgpu_operator.core import mig_catalog, mig_place
-from vgpu_operator.core.nodefacts import NodeFacts, TaintKey, taint_value
-from vgpu_operator.models.policy import Taint, VGPUNodePolicy, VGPUNodePolicySpec
+from vgpu_operator.core.nodefacts import UNTRUSTED, NodeFacts, TaintKey, taint_value
+from vgpu_operator.models.policy import (
+    Taint,
+    VGPUNodePolicy,
+    VGPUNodePolicySpec,
+    valid_label_key,
+    valid_label_value,
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ def _refine(path: str, message: str) -> tuple[str, str]:
     if leading:
         rel = leading.group(1)
         message = message[leading.end() :]
-        if rel.startswith("spec."):
+        if rel.startswith(("spec.", "metadata.")) or not path:
             return rel, message
         first = rel.split(".", 1)[0]
         if path.endswith("." + first):
@@ -102,10 +108,10 @@ def _refine(path: str, message: str) -> tuple[str, str]:
     return (named.group(0) if named else path), message
 
 
-def _spec_errors(exc: ValidationError) -> list[Problem]:
+def _spec_errors(exc: ValidationError, prefix: str = "spec") -> list[Problem]:
     problems = []
     for err in exc.errors():
-        path = field_path(err["loc"])
+        path = field_path(err["loc"], prefix).lstrip(".")
         message = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "value_error":
             path, message = _refine(path, message)
@@ -130,13 +136,16 @@ def parse_policy(raw: Mapping[str, Any]) -> ParsedPolicy:
         spec = VGPUNodePolicySpec.model_validate(raw.get("spec") or {})
     except ValidationError as exc:
         return ParsedPolicy(name, generation, deleting, None, tuple(_spec_errors(exc)))
-    policy = VGPUNodePolicy(
-        name=name,
-        generation=generation,
-        uid=str(metadata.get("uid") or ""),
-        deleting=deleting,
-        spec=spec,
-    )
+    try:
+        policy = VGPUNodePolicy(
+            name=name,
+            generation=generation,
+            uid=str(metadata.get("uid") or ""),
+            deleting=deleting,
+            spec=spec,
+        )
+    except ValidationError as exc:  # the rules on the whole object (the name)
+        return ParsedPolicy(name, generation, deleting, None, tuple(_spec_errors(exc, "")))
     return ParsedPolicy(name, generation, deleting, policy, tuple(spec_problems(spec)))
 
 
@@ -192,8 +201,72 @@ def gpu_model(facts: NodeFacts) -> mig_catalog.GpuModel | None:
     return None
 
 
-def node_problems(facts: NodeFacts, spec: VGPUNodePolicySpec) -> list[Problem]:
-    """Problems of applying `spec` to this node's hardware (empty when it fits)."""
+def _positive(quantity: str | None) -> bool:
+    """A resource quantity or count label that is more than zero ("8", "1k"; not "0", "")."""
+    return quantity is not None and any(c in "123456789" for c in quantity.split(".", 1)[0])
+
+
+def gpu_evidence(facts: NodeFacts, mode: str) -> str | None:
+    """What shows that the node has the hardware of `mode`, or None when nothing does.
+
+    NVIDIA modes: GPU Feature Discovery's `nvidia.com/gpu.present=true` or a positive
+    `nvidia.com/gpu.count`, or `nvidia.com/gpu` capacity (NVIDIA's device plugin). ascend-vnpu:
+    Ascend capacity (`huawei.com/Ascend910*`, `huawei.com/Ascend310P*`), the Ascend device
+    plugin's chip label, or NFD's PCI label of a Huawei accelerator; never `ascend=on`, which
+    the operator itself sets."""
+    labels = facts.labels
+    if mode == "ascend-vnpu":
+        for resource, quantity in sorted(facts.capacity.items()):
+            if resource.startswith(contract.ASCEND_RESOURCE_PREFIXES) and _positive(quantity):
+                return f"capacity {resource}={quantity}"
+        if labels.get(contract.ASCEND_CHIP_LABEL):
+            return f"label {contract.ASCEND_CHIP_LABEL}"
+        if labels.get(contract.NFD_ASCEND_PCI_LABEL) == "true":
+            return f"label {contract.NFD_ASCEND_PCI_LABEL}"
+        return None
+    if labels.get(contract.GFD_PRESENT) == "true":
+        return f"label {contract.GFD_PRESENT}"
+    if _positive(labels.get(contract.GFD_COUNT)):
+        return f"label {contract.GFD_COUNT}"
+    if _positive(facts.capacity.get(contract.NVIDIA_GPU_RESOURCE)):
+        return f"capacity {contract.NVIDIA_GPU_RESOURCE}"
+    return None
+
+
+def no_gpu_evidence(facts: NodeFacts, mode: str) -> Problem:
+    if mode == "ascend-vnpu":
+        what = "Ascend NPU"
+        looked = (
+            f"no {', '.join(p + '*' for p in contract.ASCEND_RESOURCE_PREFIXES)} capacity, no "
+            f"{contract.ASCEND_CHIP_LABEL} or {contract.NFD_ASCEND_PCI_LABEL} label"
+        )
+        example = f"{contract.ASCEND_CHIP_LABEL} Exists"
+    else:
+        what = "NVIDIA GPU"
+        looked = (
+            f"no {contract.GFD_PRESENT}=true or {contract.GFD_COUNT} label (GPU Feature "
+            f"Discovery) and no {contract.NVIDIA_GPU_RESOURCE} capacity"
+        )
+        example = f"matchLabels {contract.GFD_PRESENT}: 'true'"
+    return Problem(
+        "spec.nodeSelector",
+        "NoGpuEvidence",
+        f"node {facts.name} shows no {what} ({looked}); the operator writes nothing to it",
+        f"narrow spec.nodeSelector to the {what} nodes (e.g. {example}) or label the node "
+        f"{contract.LABEL_EXCLUDE}=true; in a cluster without GPU Feature Discovery or the "
+        "device plugin, set requireGpuEvidence: false in the operator config",
+        facts.name,
+    )
+
+
+def node_problems(
+    facts: NodeFacts, spec: VGPUNodePolicySpec, *, require_evidence: bool = True
+) -> list[Problem]:
+    """Problems of applying `spec` to this node's hardware (empty when it fits). Without
+    evidence of the mode's hardware (`gpu_evidence`) nothing else is checked: the node is
+    reported and never written (unless `require_evidence` is off)."""
+    if require_evidence and gpu_evidence(facts, spec.mode) is None:
+        return [no_gpu_evidence(facts, spec.mode)]
     mig = spec.effective_mig()
     if mig is None:
         return []
@@ -357,16 +430,59 @@ def taint_collisions(facts: NodeFacts, wanted: Sequence[Taint]) -> list[Problem]
 
 
 def owned_record_unreadable(facts: NodeFacts) -> Problem:
+    error = facts.errors.get(contract.ANN_OWNED, "")
+    if error.startswith(UNTRUSTED):
+        return Problem(
+            "metadata.annotations",
+            "OwnedRecordUntrusted",
+            f"node {facts.name}: annotation {contract.ANN_OWNED} lists {error}; the operator "
+            "trusts none of it and writes nothing to the node",
+            f"delete it (kubectl annotate node {facts.name} {contract.ANN_OWNED}-): existing "
+            "labels and taints are then treated as the user's",
+            facts.name,
+        )
     return Problem(
         "metadata.annotations",
         "OwnedRecordUnreadable",
         f"node {facts.name}: annotation {contract.ANN_OWNED} does not parse "
-        f"({facts.errors.get(contract.ANN_OWNED, '')}); the operator cannot tell its labels "
-        "from a user's",
+        f"({error}); the operator cannot tell its labels from a user's",
         f"delete it (kubectl annotate node {facts.name} {contract.ANN_OWNED}-): existing labels "
         "and taints are then treated as the user's",
         facts.name,
     )
+
+
+def invalid_writes(node: str, patch: Mapping[str, Any]) -> list[Problem]:
+    """Labels and taints in a node PATCH that the apiserver would refuse (an invalid key or
+    value): checked before every write, so a refused write never loops."""
+    problems = []
+    labels = ((patch.get("metadata") or {}).get("labels")) or {}
+    for key, value in sorted(labels.items()):
+        if not valid_label_key(key) or (value is not None and not valid_label_value(value)):
+            problems.append(
+                Problem(
+                    f"metadata.labels[{key!r}]",
+                    "InvalidLabel",
+                    f"node {node}: the operator would write the label {key}={value!r}, which is "
+                    "not a valid label (keys [prefix/]name, values at most 63 characters of "
+                    "letters, digits, '-', '_' and '.'); nothing is written",
+                    "shorten the policy name to 63 characters, or correct the value named",
+                    node,
+                )
+            )
+    for taint in ((patch.get("spec") or {}).get("taints")) or []:
+        key, value = str(taint.get("key", "")), str(taint.get("value") or "")
+        if not valid_label_key(key) or not valid_label_value(value):
+            problems.append(
+                Problem(
+                    "spec.nodeTaints",
+                    "InvalidTaint",
+                    f"node {node}: the taint {key}={value} would be refused; nothing is written",
+                    "correct the taint's key or value",
+                    node,
+                )
+            )
+    return problems
 
 
 def held_by_other_policy(node: str, holder: str, owner: str | None) -> Problem:

@@ -39,6 +39,13 @@ omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: Metadata
+  verbs: ["list"]
+  resources:
+  - group: ""
+    resources: ["pods"]
+  - group: "apps"
+    resources: ["daemonsets"]
 - level: None
 """
 

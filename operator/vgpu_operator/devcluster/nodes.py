@@ -1,5 +1,12 @@
 """Simulated GPU nodes: Node objects that kwok keeps Ready, labelled as GPU Feature Discovery would.
 
+A node shows its hardware as a real one does, which is what the operator takes as evidence
+before it writes (core.validate.gpu_evidence): an NVIDIA node GFD's `nvidia.com/gpu.present`,
+`gpu.count` and `gpu.product` labels and the device plugin's `nvidia.com/gpu` capacity; an Ascend
+node the chip label of Ascend's device plugin, the `accelerator` label HAMi's guide has users set,
+and the capacity HAMi's Ascend plugin registers (`huawei.com/Ascend910B3`: the resource names of
+Project-HAMi/ascend-device-plugin v1.4.0 ascend-device-configmap.yaml, in data/upstream).
+
 `gpu_node_manifest` is pure; `create_gpu_nodes` writes them and waits until they are Ready (kwok
 answers for the kubelet and the controller manager lifts the not-ready taint).
 """
@@ -44,9 +51,21 @@ GPU_MODELS: dict[str, GpuModel] = {
 
 
 @dataclass(frozen=True)
+class AscendModel:
+    chip: str  # `node.kubernetes.io/npu.chip.name`
+    resource: str  # the extended resource HAMi's Ascend plugin registers
+
+
+ASCEND_MODELS: dict[str, AscendModel] = {
+    "Ascend910B3": AscendModel("910B3", "huawei.com/Ascend910B3"),
+    "Ascend310P3": AscendModel("310P3", "huawei.com/Ascend310P"),
+}
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     name: str
-    model: str | None = None  # a key of GPU_MODELS; None for a CPU-only node
+    model: str | None = None  # a key of GPU_MODELS or ASCEND_MODELS; None for a CPU-only node
     gpus: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = ()
@@ -61,7 +80,18 @@ def gpu_node_manifest(spec: NodeSpec) -> dict[str, Any]:
         "type": "kwok",
     }
     capacity: dict[str, str] = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    if spec.model is not None:
+    if spec.model in ASCEND_MODELS:
+        npu = ASCEND_MODELS[spec.model]
+        labels.update(
+            {
+                contract.ASCEND_CHIP_LABEL: npu.chip,
+                "accelerator": "huawei-Ascend910"
+                if npu.chip.startswith("910")
+                else "huawei-Ascend310P",
+            }
+        )
+        capacity[npu.resource] = str(spec.gpus)
+    elif spec.model is not None:
         model = GPU_MODELS[spec.model]
         labels.update(
             {
@@ -69,10 +99,10 @@ def gpu_node_manifest(spec: NodeSpec) -> dict[str, Any]:
                 contract.GFD_COUNT: str(spec.gpus),
                 contract.GFD_MEMORY: str(model.memory_mib),
                 contract.GFD_MIG_CAPABLE: "true" if model.mig_capable else "false",
-                "nvidia.com/gpu.present": "true",
+                contract.GFD_PRESENT: "true",
             }
         )
-        capacity["nvidia.com/gpu"] = str(spec.gpus)
+        capacity[contract.NVIDIA_GPU_RESOURCE] = str(spec.gpus)
     labels.update(spec.labels)
     return {
         "apiVersion": "v1",

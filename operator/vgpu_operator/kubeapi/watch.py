@@ -23,7 +23,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,9 @@ class WatchOptions:
     min_watch_seconds: float = 300.0  # each watch asks for [min, 2*min) (client-go)
     backoff: tuple[float, float] = (0.5, 30.0)  # first and longest pause after a failure
     kind: str = ""  # for logs and metrics
+    # Applied to each listed item as its page arrives; None drops the item. A listing of tens
+    # of thousands of objects of which few are kept is then never held whole.
+    reduce: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
 
 
 class WatchFailed(ApiError):
@@ -77,7 +80,12 @@ async def list_all(api: Any, path: str, options: WatchOptions = WatchOptions()) 
     query["limit"] = str(options.page_size)
     while True:
         page = await request(api, "GET", path, query=query, timeout=60)
-        items.extend(page.get("items") or [])
+        got = page.pop("items", None) or []
+        if options.reduce is None:
+            items.extend(got)
+        else:
+            items.extend(r for r in map(options.reduce, got) if r is not None)
+        del got  # the next page is not read while this one is still held
         meta = page.get("metadata") or {}
         if not meta.get("continue"):
             return Listing(items, str(meta.get("resourceVersion", "")))

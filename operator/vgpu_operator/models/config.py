@@ -355,6 +355,14 @@ class OperatorConfig(_Model):
     nvidia_device_plugin: NvidiaDevicePluginMatch = Field(
         default_factory=NvidiaDevicePluginMatch, alias="nvidiaDevicePlugin"
     )
+    require_gpu_evidence: bool = Field(
+        default=True,
+        alias="requireGpuEvidence",
+        json_schema_extra=_fix(
+            "true (the default): a node is written only when it shows its mode's hardware; "
+            "false only in clusters without GPU Feature Discovery or the device plugins"
+        ),
+    )
 
     @model_validator(mode="after")
     def _distinct_configmaps(self) -> OperatorConfig:

@@ -21,7 +21,7 @@ from vgpu_operator.models.policy import AscendVnpuSpec, HamiCoreSpec, MigSpec, T
 # assets/state-mig-manager/0600_daemonset.yaml) and applies the mig-parted config the node's
 # `nvidia.com/mig.config` label names. A policy's `disableNvidiaMigManager` sets the first to
 # "false" on its nodes; the agent applies no static layout where the manager is configured.
-GPU_OPERATOR_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+GPU_OPERATOR_MIG_MANAGER_LABEL = contract.GPU_OPERATOR_MIG_MANAGER_LABEL
 GPU_OPERATOR_MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 

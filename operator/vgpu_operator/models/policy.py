@@ -1,13 +1,19 @@
 """VGPUNodePolicy: the one source of truth for the CRD spec and status.
 
 `crds/` is generated from these models (`vgpu-operator crds`); a test fails when they drift.
-Field names are the CRD's (camelCase); cross-field rules the apiserver can check are CEL rules
-attached with `x-kubernetes-validations`, and the rest is checked by the operator (core.validate).
+Field names are the CRD's (camelCase). Every cross-field rule is declared once, as an
+`AdmissionRule` in the `RULES` of the model it sits on: its CEL expression goes into the CRD
+(`x-kubernetes-validations`, the apiserver refuses the object) and its Python predicate runs when
+the model validates (the operator refuses a spec written before the CRD had the rule), both with
+the same field and message. What CEL cannot express is checked by the operator (core.validate).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,26 +25,76 @@ LABEL_KEY_PATTERN = (
 )
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 MIG_PROFILE_PATTERN = r"^[1-8]g\.[0-9]+gb(\+me)?$"
+# A label or taint key whose prefix is kubernetes.io or k8s.io, or ends in .kubernetes.io or
+# .k8s.io: reserved for Kubernetes' own components (https://kubernetes.io/docs/reference/
+# labels-annotations-taints/); node-restriction.kubernetes.io/ labels steer isolated workloads.
+SYSTEM_KEY_PATTERN = r"^([^/]*\.)?(kubernetes\.io|k8s\.io)/"
+MAX_NAME_LENGTH = 63  # the policy name is the value of the vgpu.volcano.sh/policy label
+
+_LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
+_LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
+_SYSTEM_KEY = re.compile(SYSTEM_KEY_PATTERN)
 
 
-def _cel(*rules: tuple[str, str] | tuple[str, str, str]) -> dict[str, Any]:
-    """`x-kubernetes-validations` entries as (rule, message) or (rule, message, fieldPath).
+def valid_label_key(key: str) -> bool:
+    """A syntactically valid label (or taint) key: `[prefix/]name`, prefix at most 253."""
+    prefix, _, name = key.rpartition("/")
+    return bool(_LABEL_KEY.fullmatch(key)) and len(prefix) <= 253 and len(name) <= 63
 
-    `fieldPath` (relative to the node the rule sits on, e.g. `.mig`) makes the apiserver name
-    that field in the rejection instead of the object the rule is attached to.
-    """
-    entries: list[dict[str, str]] = []
-    for rule in rules:
-        entry = {"rule": rule[0], "message": rule[1]}
-        if len(rule) == 3:
-            entry["fieldPath"] = rule[2]
-        entries.append(entry)
-    return {"x-kubernetes-validations": entries}
+
+def valid_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE.fullmatch(value))
+
+
+def system_key(key: str) -> bool:
+    """A key under kubernetes.io/ or k8s.io/ (or a subdomain of them): never the operator's."""
+    return bool(_SYSTEM_KEY.match(key))
+
+
+def cel_literal(text: str) -> str:
+    """A CEL single-quoted string literal for `text` (backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class AdmissionRule:
+    """One cross-field rule, declared once. `cel` is what the apiserver evaluates (`self` is the
+    object the rule sits on); `check(obj)` is the same predicate on the validated model, True
+    when the object passes. `field` is relative to that object (`.mig`), as CEL's `fieldPath`
+    (empty: the object itself); `message` is what both say when the rule fails."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    field: str = ""
+
+    def schema(self) -> dict[str, str]:
+        entry = {"rule": self.cel, "message": self.message}
+        if self.field:
+            entry["fieldPath"] = self.field
+        return entry
+
+    def error(self) -> str:
+        """The model's error text: `<field>: <message>` (core.validate maps it to the path)."""
+        return f"{self.field.lstrip('.')}: {self.message}" if self.field else self.message
+
+
+def cel_rules(rules: tuple[AdmissionRule, ...]) -> dict[str, Any]:
+    """`json_schema_extra` carrying the rules' CEL (`x-kubernetes-validations`)."""
+    return {"x-kubernetes-validations": [r.schema() for r in rules]}
+
+
+def failed_rule(obj: Any, rules: tuple[AdmissionRule, ...]) -> AdmissionRule | None:
+    return next((r for r in rules if not r.check(obj)), None)
 
 
 # Label keys a policy may not set through nodeLabels: the operator's own namespace and the GPU
-# Operator's device-plugin switch (that one is managed by disableNvidiaDevicePlugin).
+# Operator's switches (managed by disableNvidiaDevicePlugin and disableNvidiaMigManager).
 RESERVED_LABEL_PREFIX = f"{contract.GROUP}/"
+SWITCH_LABELS = (
+    contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL,
+    contract.GPU_OPERATOR_MIG_MANAGER_LABEL,
+)
 MAX_NODE_LABELS = 64
 MAX_NODE_TAINTS = 32
 MAX_MIG_PROFILES = 16
@@ -51,10 +107,38 @@ def _profile_slices(profile: str) -> int:
     return int(profile.split("g.", 1)[0])
 
 
-class Model(BaseModel):
-    """Strict base: unknown fields are errors, so a typo never passes silently."""
+def reserved_label(key: str) -> bool:
+    return key.startswith(RESERVED_LABEL_PREFIX) or key in SWITCH_LABELS
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+def as_stored(value: Any) -> Any:
+    """A spec as the apiserver validates and stores it: `null` members of an object dropped
+    (a non-nullable field's null is pruned before validation) and integral numbers (`5.0`) as
+    integers (an integer field takes them). With the models strict (no "5" for 5, no 1 for
+    true, as the apiserver), the models then accept exactly what the CRD accepts."""
+    if isinstance(value, dict):
+        return {k: as_stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [as_stored(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+class Model(BaseModel):
+    """Strict base: unknown fields are errors, so a typo never passes silently, and no value is
+    coerced from another type. A subclass's `RULES` are checked after its fields (the first
+    that fails is the error)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
+    RULES: ClassVar[tuple[AdmissionRule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _admission_rules(self) -> Any:
+        failed = failed_rule(self, type(self).RULES)
+        if failed is not None:
+            raise ValueError(failed.error())
+        return self
 
 
 class LabelSelectorRequirement(Model):
@@ -62,28 +146,21 @@ class LabelSelectorRequirement(Model):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[Annotated[str, Field(max_length=63)]] = Field(default_factory=list)
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : "
-                "(!has(self.values) || size(self.values) == 0)",
-                "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
-                ".values",
-            )
-        )
+    RULES = (
+        AdmissionRule(
+            "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : "
+            "(!has(self.values) || size(self.values) == 0)",
+            "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
+            lambda r: bool(r.values) == (r.operator in ("In", "NotIn")),
+            ".values",
+        ),
     )
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> LabelSelectorRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"values: must be non-empty for operator {self.operator}")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"values: must be empty for operator {self.operator}")
-        return self
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
 class LabelSelector(Model):
-    """A standard Kubernetes label selector. An empty selector selects every node."""
+    """A standard Kubernetes label selector; a policy's must not be empty (an empty selector
+    would select every node, CPU-only and control-plane nodes included)."""
 
     match_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict, alias="matchLabels"
@@ -91,6 +168,18 @@ class LabelSelector(Model):
     match_expressions: list[LabelSelectorRequirement] = Field(
         default_factory=list, alias="matchExpressions"
     )
+
+    RULES = (
+        AdmissionRule(
+            "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
+            "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+            "nodeSelector must not be empty: an empty selector selects every node, CPU-only and "
+            "control-plane nodes included; name the GPU nodes (e.g. matchLabels "
+            "nvidia.com/gpu.present: 'true')",
+            lambda sel: bool(sel.match_labels or sel.match_expressions),
+        ),
+    )
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
 class Taint(Model):
@@ -142,29 +231,26 @@ class MigLayout(Model):
         Annotated[str, Field(pattern=MIG_PROFILE_PATTERN)], Annotated[int, Field(ge=1, le=7)]
     ] = Field(max_length=MAX_MIG_PROFILES)
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            ("size(self.profiles) > 0", "profiles must name at least one MIG profile", ".profiles"),
-            (
-                "self.profiles.map(k, int(k.substring(0, 1)) * self.profiles[k]).sum() <= 7",
-                "the profiles of one GPU use at most 7 compute slices (the <G> of <G>g.<GB>gb "
-                "times the count)",
-                ".profiles",
+    RULES = (
+        AdmissionRule(
+            "size(self.profiles) > 0",
+            "profiles must name at least one MIG profile",
+            lambda layout: bool(layout.profiles),
+            ".profiles",
+        ),
+        AdmissionRule(
+            f"self.profiles.map(k, int(k.substring(0, 1)) * self.profiles[k]).sum() <= "
+            f"{MIG_COMPUTE_SLICES}",
+            f"the profiles of one GPU use at most {MIG_COMPUTE_SLICES} compute slices (the <G> "
+            "of <G>g.<GB>gb times the count)",
+            lambda layout: (
+                sum(_profile_slices(p) * n for p, n in layout.profiles.items())
+                <= MIG_COMPUTE_SLICES
             ),
-        )
+            ".profiles",
+        ),
     )
-
-    @model_validator(mode="after")
-    def _profiles_fit_one_gpu(self) -> MigLayout:
-        if not self.profiles:
-            raise ValueError("profiles: name at least one MIG profile")
-        used = sum(_profile_slices(p) * n for p, n in self.profiles.items())
-        if used > MIG_COMPUTE_SLICES:
-            raise ValueError(
-                f"profiles: the profiles of one GPU use at most {MIG_COMPUTE_SLICES} "
-                f"compute slices; these use {used}"
-            )
-        return self
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
 class MigSpec(Model):
@@ -175,26 +261,18 @@ class MigSpec(Model):
     partitioning: Literal["dynamic", "static"] = "dynamic"
     layout: list[MigLayout] = Field(default_factory=list, max_length=MAX_MIG_LAYOUTS)
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "(has(self.partitioning) && self.partitioning == 'static') ? "
-                "(has(self.layout) && size(self.layout) > 0) : "
-                "(!has(self.layout) || size(self.layout) == 0)",
-                "a static partitioning needs a layout; a dynamic one takes none (the device "
-                "plugin creates the instances)",
-                ".layout",
-            )
-        )
+    RULES = (
+        AdmissionRule(
+            "(has(self.partitioning) && self.partitioning == 'static') ? "
+            "(has(self.layout) && size(self.layout) > 0) : "
+            "(!has(self.layout) || size(self.layout) == 0)",
+            "a static partitioning needs a layout; a dynamic one takes none (the device "
+            "plugin creates the instances)",
+            lambda mig: bool(mig.layout) == (mig.partitioning == "static"),
+            ".layout",
+        ),
     )
-
-    @model_validator(mode="after")
-    def _layout_fits_partitioning(self) -> MigSpec:
-        if self.partitioning == "static" and not self.layout:
-            raise ValueError("mig.layout: a static partitioning needs a layout")
-        if self.partitioning == "dynamic" and self.layout:
-            raise ValueError("mig.layout: a dynamic partitioning takes no layout")
-        return self
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
 class DrainSpec(Model):
@@ -216,8 +294,16 @@ class RolloutSpec(Model):
     drain: DrainSpec = Field(default_factory=DrainSpec)
 
 
+_SYSTEM = cel_literal(SYSTEM_KEY_PATTERN)
+
+
 class VGPUNodePolicySpec(Model):
-    node_selector: LabelSelector = Field(default_factory=LabelSelector, alias="nodeSelector")
+    node_selector: LabelSelector = Field(
+        alias="nodeSelector",
+        description="Which nodes form the pool (required, not empty). Nodes that show no GPU "
+        "of the mode (GPU Feature Discovery's labels, the device plugin's capacity) are "
+        "reported, never written.",
+    )
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     mode: Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
     hami_core: HamiCoreSpec | None = Field(default=None, alias="hamiCore")
@@ -234,15 +320,8 @@ class VGPUNodePolicySpec(Model):
         alias="nodeLabels",
         max_length=MAX_NODE_LABELS,
         description="Labels put on the pool's nodes. Unset: the mode's default "
-        "(volcano.sh/vgpu.enabled=true; ascend=on for ascend-vnpu; none for whole-gpu).",
-        json_schema_extra=_cel(
-            (
-                f"self.all(k, !k.startsWith('{RESERVED_LABEL_PREFIX}') && "
-                f"k != '{contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL}')",
-                f"nodeLabels must not set {RESERVED_LABEL_PREFIX}* keys (the operator's own) nor "
-                f"{contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL} (use disableNvidiaDevicePlugin)",
-            )
-        ),
+        "(volcano.sh/vgpu.enabled=true; ascend=on for ascend-vnpu; none for whole-gpu). Keys "
+        "under kubernetes.io/, k8s.io/ (and their subdomains) and vgpu.volcano.sh/ are refused.",
     )
     node_taints: list[Taint] | None = Field(
         default=None,
@@ -250,11 +329,19 @@ class VGPUNodePolicySpec(Model):
         max_length=MAX_NODE_TAINTS,
         description="Taints put on the pool's nodes. Unset: the mode's default "
         "(volcano.sh/vgpu=hami:NoSchedule for hami-core and mig; none otherwise). "
-        "At most one taint per key and effect, as on a Node.",
+        "At most one taint per key and effect, as on a Node. NoExecute only with "
+        "allowNoExecute; keys under kubernetes.io/ and k8s.io/ are refused.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["key", "effect"],
         },
+    )
+    allow_no_execute: bool = Field(
+        default=False,
+        alias="allowNoExecute",
+        description="Allow NoExecute taints in nodeTaints. They evict every pod that does not "
+        "tolerate them, the node agent and the device plugins included: tolerate them there "
+        "first.",
     )
     disable_nvidia_device_plugin: bool = Field(
         default=False,
@@ -272,67 +359,93 @@ class VGPUNodePolicySpec(Model):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     suspend: bool = False
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "!has(self.mig) || self.mode == 'mig'",
-                "spec.mig is allowed only with mode: mig",
-                ".mig",
+    RULES = (
+        AdmissionRule(
+            "!has(self.mig) || self.mode == 'mig'",
+            "spec.mig is allowed only with mode: mig",
+            lambda spec: spec.mig is None or spec.mode == "mig",
+            ".mig",
+        ),
+        AdmissionRule(
+            "!has(self.hamiCore) || self.mode in ['hami-core', 'mig']",
+            "spec.hamiCore is allowed only with mode hami-core or mig",
+            lambda spec: spec.hami_core is None or spec.mode in ("hami-core", "mig"),
+            ".hamiCore",
+        ),
+        AdmissionRule(
+            "!has(self.ascendVnpu) || self.mode == 'ascend-vnpu'",
+            "spec.ascendVnpu is allowed only with mode: ascend-vnpu",
+            lambda spec: spec.ascend_vnpu is None or spec.mode == "ascend-vnpu",
+            ".ascendVnpu",
+        ),
+        AdmissionRule(
+            "!(has(self.mig) && has(self.mig.partitioning) && "
+            "self.mig.partitioning == 'static' && "
+            "has(self.disableNvidiaDevicePlugin) && self.disableNvidiaDevicePlugin)",
+            "a static MIG layout is served by NVIDIA's device plugin: "
+            "disableNvidiaDevicePlugin must stay false",
+            lambda spec: (
+                not (
+                    spec.mig is not None
+                    and spec.mig.partitioning == "static"
+                    and spec.disable_nvidia_device_plugin
+                )
             ),
-            (
-                "!has(self.hamiCore) || self.mode in ['hami-core', 'mig']",
-                "spec.hamiCore is allowed only with mode hami-core or mig",
-                ".hamiCore",
+            ".disableNvidiaDevicePlugin",
+        ),
+        AdmissionRule(
+            "self.mode != 'whole-gpu' || !has(self.nodeTaints) || size(self.nodeTaints) == 0",
+            "mode whole-gpu takes no nodeTaints (the operator's taints come off)",
+            lambda spec: spec.mode != "whole-gpu" or not spec.node_taints,
+            ".nodeTaints",
+        ),
+        AdmissionRule(
+            f"!has(self.nodeLabels) || self.nodeLabels.all(k, "
+            f"!k.startsWith({cel_literal(RESERVED_LABEL_PREFIX)}) && "
+            f"!(k in [{', '.join(cel_literal(k) for k in SWITCH_LABELS)}]))",
+            f"nodeLabels must not set {RESERVED_LABEL_PREFIX}* keys (the operator's own) nor "
+            f"{contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL} or "
+            f"{contract.GPU_OPERATOR_MIG_MANAGER_LABEL} (use disableNvidiaDevicePlugin and "
+            "disableNvidiaMigManager)",
+            lambda spec: not any(reserved_label(k) for k in spec.node_labels or {}),
+            ".nodeLabels",
+        ),
+        AdmissionRule(
+            f"!has(self.nodeLabels) || self.nodeLabels.all(k, !k.matches({_SYSTEM}))",
+            "nodeLabels must not set keys under kubernetes.io/ or k8s.io/ (or their subdomains, "
+            "e.g. node-restriction.kubernetes.io/): they are Kubernetes' own",
+            lambda spec: not any(system_key(k) for k in spec.node_labels or {}),
+            ".nodeLabels",
+        ),
+        AdmissionRule(
+            f"!has(self.nodeTaints) || self.nodeTaints.all(t, !t.key.matches({_SYSTEM}))",
+            "nodeTaints must not use keys under kubernetes.io/ or k8s.io/ (or their "
+            "subdomains): they are Kubernetes' own",
+            lambda spec: not any(system_key(t.key) for t in spec.node_taints or []),
+            ".nodeTaints",
+        ),
+        AdmissionRule(
+            "!has(self.nodeTaints) || self.nodeTaints.all(t, t.effect != 'NoExecute') || "
+            "(has(self.allowNoExecute) && self.allowNoExecute)",
+            "a NoExecute taint evicts every pod that does not tolerate it (the node agent and "
+            "the device plugins too): set allowNoExecute: true to mean it, or use NoSchedule",
+            lambda spec: (
+                spec.allow_no_execute
+                or all(t.effect != "NoExecute" for t in spec.node_taints or [])
             ),
-            (
-                "!has(self.ascendVnpu) || self.mode == 'ascend-vnpu'",
-                "spec.ascendVnpu is allowed only with mode: ascend-vnpu",
-                ".ascendVnpu",
-            ),
-            (
-                "!(has(self.mig) && has(self.mig.partitioning) && "
-                "self.mig.partitioning == 'static' && "
-                "has(self.disableNvidiaDevicePlugin) && self.disableNvidiaDevicePlugin)",
-                "a static MIG layout is served by NVIDIA's device plugin: "
-                "disableNvidiaDevicePlugin must stay false",
-                ".disableNvidiaDevicePlugin",
-            ),
-            (
-                "self.mode != 'whole-gpu' || !has(self.nodeTaints) || size(self.nodeTaints) == 0",
-                "mode whole-gpu takes no nodeTaints (the operator's taints come off)",
-                ".nodeTaints",
-            ),
-        )
+            ".nodeTaints",
+        ),
     )
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored(cls, data: Any) -> Any:
+        return as_stored(data)
 
     @model_validator(mode="after")
-    def _blocks_fit_mode(self) -> VGPUNodePolicySpec:
-        if self.mig is not None and self.mode != "mig":
-            raise ValueError("spec.mig is allowed only with mode: mig")
-        if self.hami_core is not None and self.mode not in ("hami-core", "mig"):
-            raise ValueError("spec.hamiCore is allowed only with mode hami-core or mig")
-        if self.ascend_vnpu is not None and self.mode != "ascend-vnpu":
-            raise ValueError("spec.ascendVnpu is allowed only with mode: ascend-vnpu")
-        if (
-            self.mig is not None
-            and self.mig.partitioning == "static"
-            and self.disable_nvidia_device_plugin
-        ):
-            raise ValueError(
-                "spec.disableNvidiaDevicePlugin: a static MIG layout is served by NVIDIA's "
-                "device plugin: disableNvidiaDevicePlugin must stay false"
-            )
-        if self.mode == "whole-gpu" and self.node_taints:
-            raise ValueError("spec.nodeTaints: mode whole-gpu takes no nodeTaints")
-        for key in self.node_labels or {}:
-            if key.startswith(RESERVED_LABEL_PREFIX) or (
-                key == contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL
-            ):
-                raise ValueError(
-                    f"spec.nodeLabels must not set {key!r}: {RESERVED_LABEL_PREFIX}* keys are the "
-                    f"operator's own and {contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL} is set by "
-                    "disableNvidiaDevicePlugin"
-                )
+    def _taints_unique(self) -> VGPUNodePolicySpec:
+        """The CRD's list-map refuses these as "Duplicate value" (no CEL rule needed)."""
         seen: set[tuple[str, str]] = set()
         for taint in self.node_taints or []:
             if (taint.key, taint.effect) in seen:
@@ -407,10 +520,21 @@ class VGPUNodePolicyStatus(Model):
 
 
 class VGPUNodePolicy(Model):
-    """A policy as read from the cluster (metadata trimmed to what the core needs)."""
+    """A policy as read from the cluster (metadata trimmed to what the core needs). Its `RULES`
+    sit on the CRD's root (`self` is the whole object there)."""
 
     name: str
     generation: int = 1
     uid: str = ""
     deleting: bool = False
     spec: VGPUNodePolicySpec
+
+    RULES = (
+        AdmissionRule(
+            f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+            f"metadata.name must be at most {MAX_NAME_LENGTH} characters: the operator writes "
+            f"it as the value of the {contract.LABEL_POLICY} label of the pool's nodes",
+            lambda policy: len(policy.name) <= MAX_NAME_LENGTH,
+            ".metadata.name",
+        ),
+    )

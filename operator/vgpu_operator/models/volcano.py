@@ -13,12 +13,12 @@ Parsed views of the scheduler conf and of DaemonSets/Deployments are in `volcano
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vgpu_operator.core import yamlsafe
 
 # Keys written by the HAMi device plugin and by the Volcano scheduler (reference §3.4, §3.5).
 REGISTER_ANNOTATION = "volcano.sh/node-vgpu-register"
@@ -183,10 +183,11 @@ class DeviceConfigFile(_Payload):
 
 
 def load_yaml_mapping(text: str, what: str) -> dict[str, Any]:
-    """YAML 1.1 like the Go readers (yaml.v2); an empty document is an empty mapping."""
+    """YAML 1.1 like the Go readers (yaml.v2); an empty document is an empty mapping. Aliases,
+    integers beyond 64 bits and documents nested too deeply are refused (core.yamlsafe)."""
     try:
-        raw = yaml.safe_load(text) if text and text.strip() else {}
-    except yaml.YAMLError as exc:
+        raw = yamlsafe.load(text) if text and text.strip() else {}
+    except yamlsafe.YamlRefused as exc:
         raise PayloadError(f"{what} is not valid YAML: {exc}") from exc
     if raw is None:
         return {}
@@ -262,8 +263,8 @@ class NodeConfigFile(_Payload):
 def parse_node_config(text: str) -> NodeConfigFile:
     """config.json. The plugin falls back to hami-core for every node when this fails."""
     try:
-        raw = json.loads(text) if text and text.strip() else {}
-    except json.JSONDecodeError as exc:
+        raw = yamlsafe.json_loads(text) if text and text.strip() else {}
+    except yamlsafe.YamlRefused as exc:
         raise PayloadError(f"config.json is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise PayloadError("config.json must be a JSON object")

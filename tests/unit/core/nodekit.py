@@ -62,12 +62,19 @@ def node(
     return raw
 
 
+# A selector for every node (a policy's may not be empty): no node has this label.
+EVERY_NODE: dict[str, Any] = {
+    "matchExpressions": [{"key": "vgpu-test/absent", "operator": "DoesNotExist"}]
+}
+
+
 def policy(
     name: str,
     spec: Mapping[str, Any],
     generation: int = 1,
     deleting: bool = False,
 ) -> dict[str, Any]:
+    """A raw policy; without a nodeSelector in `spec` it selects every node."""
     metadata: dict[str, Any] = {"name": name, "generation": generation, "uid": f"uid-{name}"}
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -75,7 +82,7 @@ def policy(
         "apiVersion": contract.API_VERSION,
         "kind": contract.POLICY_KIND,
         "metadata": metadata,
-        "spec": dict(spec),
+        "spec": {"nodeSelector": EVERY_NODE, **spec},
     }
 
 

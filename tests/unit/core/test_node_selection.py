@@ -17,7 +17,6 @@ LABELS = {"pool": "a", "zone": "z1", "gpu": "a100"}
 @pytest.mark.parametrize(
     ("selector", "expected"),
     [
-        ({}, True),  # an empty selector selects every node
         ({"matchLabels": {"pool": "a"}}, True),
         ({"matchLabels": {"pool": "b"}}, False),
         ({"matchLabels": {"missing": "a"}}, False),
@@ -56,6 +55,12 @@ def test_selector_semantics(selector: dict[str, Any], expected: bool) -> None:
     assert matches_selector(LabelSelector.model_validate(selector), LABELS) is expected
 
 
+@pytest.mark.parametrize("selector", [{}, {"matchLabels": {}, "matchExpressions": []}])
+def test_an_empty_selector_is_refused(selector: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="nodeSelector must not be empty"):
+        LabelSelector.model_validate(selector)
+
+
 def pol(
     name: str,
     priority: int = 0,
@@ -63,7 +68,8 @@ def pol(
     suspend: bool = False,
     pool: str | None = None,
 ) -> VGPUNodePolicy:
-    selector = {"matchLabels": {"pool": pool}} if pool else {}
+    every = {"matchExpressions": [{"key": "absent", "operator": "DoesNotExist"}]}
+    selector = {"matchLabels": {"pool": pool}} if pool else every
     spec = VGPUNodePolicySpec.model_validate(
         {"mode": "hami-core", "priority": priority, "suspend": suspend, "nodeSelector": selector}
     )

@@ -169,7 +169,9 @@ def test_higher_priority_wins_and_moves_the_node_in_one_write() -> None:
         "high",
         {"mode": "ascend-vnpu", "priority": 9, "nodeSelector": {"matchLabels": {"pool": "a"}}},
     )
-    (configured,), _ = converge([node("n1", {"pool": "a"})], [low])
+    # a node with GPUs and NPUs: both modes find their hardware on it
+    both = node("n1", {"pool": "a", contract.ASCEND_CHIP_LABEL: "910B3"})
+    (configured,), _ = converge([both], [low])
     (out,), plan = converge([configured], [low, high])
     assert plan.plans["n1"].action == "configure" and plan.plans["n1"].old_owner == "low"
     labels = labels_of(out)

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from tests.unit.core.nodekit import node, policy
+from tests.unit.core.nodekit import EVERY_NODE, node, policy
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.validate import (
     field_path,
+    gpu_evidence,
     gpu_model,
     label_collisions,
     node_problems,
@@ -23,7 +24,11 @@ from vgpu_operator.models.policy import Taint, VGPUNodePolicySpec
 
 
 def static(*layout: dict[str, Any]) -> dict[str, Any]:
-    return {"mode": "mig", "mig": {"partitioning": "static", "layout": list(layout)}}
+    return {
+        "mode": "mig",
+        "nodeSelector": EVERY_NODE,
+        "mig": {"partitioning": "static", "layout": list(layout)},
+    }
 
 
 @pytest.mark.parametrize(
@@ -100,7 +105,9 @@ def test_disjoint_layouts_are_fine() -> None:
 
 def problems_for(gpu: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> list[str]:
     facts = node_facts(node("n1", labels, gpu=gpu))
-    found = node_problems(facts, VGPUNodePolicySpec.model_validate(spec))
+    found = node_problems(
+        facts, VGPUNodePolicySpec.model_validate({"nodeSelector": EVERY_NODE, **spec})
+    )
     return [f"{p.reason}@{p.field}" for p in found]
 
 
@@ -108,13 +115,51 @@ def test_mig_on_a_gpu_without_mig_is_reported_on_spec_mode() -> None:
     assert problems_for("rtx4090", {"mode": "mig"}) == ["MigNotSupported@spec.mode"]
 
 
-def test_mig_on_a_node_without_gpu_labels() -> None:
-    assert problems_for("cpu", {"mode": "mig"}) == ["NoGpuInfo@spec.mode"]
+def test_mig_on_a_gpu_node_without_product_labels() -> None:
+    labels = {contract.GFD_PRESENT: "true"}
+    assert problems_for("cpu", {"mode": "mig"}, labels) == ["NoGpuInfo@spec.mode"]
 
 
-def test_hami_core_needs_no_hardware_check() -> None:
+@pytest.mark.parametrize("mode", ["hami-core", "mig", "whole-gpu", "ascend-vnpu"])
+def test_a_node_without_gpu_evidence_is_never_planned(mode: str) -> None:
+    assert problems_for("cpu", {"mode": mode}) == ["NoGpuEvidence@spec.nodeSelector"]
+    # With the check off (requireGpuEvidence: false) only the mode's own checks remain.
+    facts = node_facts(node("n1", gpu="cpu"))
+    spec = VGPUNodePolicySpec.model_validate({"nodeSelector": EVERY_NODE, "mode": mode})
+    reasons = [p.reason for p in node_problems(facts, spec, require_evidence=False)]
+    assert reasons == (["NoGpuInfo"] if mode == "mig" else [])
+
+
+@pytest.mark.parametrize(
+    ("labels", "capacity", "mode", "evidence"),
+    [
+        ({contract.GFD_PRESENT: "true"}, {}, "hami-core", "label nvidia.com/gpu.present"),
+        ({contract.GFD_COUNT: "2"}, {}, "whole-gpu", "label nvidia.com/gpu.count"),
+        ({contract.GFD_COUNT: "0"}, {}, "whole-gpu", None),
+        ({contract.GFD_PRESENT: "false"}, {"nvidia.com/gpu": "4"}, "mig",
+         "capacity nvidia.com/gpu"),
+        ({}, {"nvidia.com/gpu": "0"}, "hami-core", None),
+        ({}, {"huawei.com/Ascend910B": "8"}, "ascend-vnpu", "capacity huawei.com/Ascend910B=8"),
+        ({}, {"huawei.com/Ascend310P": "2"}, "ascend-vnpu", "capacity huawei.com/Ascend310P=2"),
+        ({contract.ASCEND_CHIP_LABEL: "910B3"}, {}, "ascend-vnpu",
+         f"label {contract.ASCEND_CHIP_LABEL}"),
+        ({contract.NFD_ASCEND_PCI_LABEL: "true"}, {}, "ascend-vnpu",
+         f"label {contract.NFD_ASCEND_PCI_LABEL}"),
+        ({"ascend": "on"}, {}, "ascend-vnpu", None),  # the operator's own label proves nothing
+        ({contract.GFD_PRESENT: "true"}, {}, "ascend-vnpu", None),  # an NVIDIA GPU is no NPU
+        ({}, {"huawei.com/Ascend910": "8"}, "hami-core", None),
+    ],
+)  # fmt: skip
+def test_gpu_evidence(
+    labels: dict[str, str], capacity: dict[str, str], mode: str, evidence: str | None
+) -> None:
+    raw = node("n1", labels, gpu="cpu")
+    raw["status"] = {"capacity": capacity}
+    assert gpu_evidence(node_facts(raw), mode) == evidence
+
+
+def test_hami_core_needs_no_hardware_check_beyond_evidence() -> None:
     assert problems_for("rtx4090", {"mode": "hami-core"}) == []
-    assert problems_for("cpu", {"mode": "hami-core"}) == []
 
 
 def test_layouts_that_fit() -> None:
@@ -140,7 +185,11 @@ def test_gpu_index_beyond_the_node() -> None:
 
 
 def test_unknown_model_is_not_blocked() -> None:
-    labels = {contract.GFD_PRODUCT: "NVIDIA-B200", contract.GFD_MIG_CAPABLE: "true"}
+    labels = {
+        contract.GFD_PRODUCT: "NVIDIA-B200",
+        contract.GFD_MIG_CAPABLE: "true",
+        contract.GFD_PRESENT: "true",
+    }
     assert problems_for("cpu", static({"gpus": "all", "profiles": {"1g.23gb": 7}}), labels) == []
 
 

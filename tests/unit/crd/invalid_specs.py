@@ -14,7 +14,7 @@ For the lead's cluster test against the real apiserver, and for the unit tests h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Catcher = Literal["openapi", "cel", "operator"]
@@ -50,8 +50,11 @@ def _node(name: str, model: str | None, gpus: int, **extra: Any) -> dict[str, An
     return {"name": f"case-{name}", "model": model, "gpus": gpus, "labels": labels, **extra}
 
 
-INVALID_SPECS: tuple[InvalidSpec, ...] = (
+_CASES: tuple[InvalidSpec, ...] = (
     # ---- OpenAPI schema ----
+    InvalidSpec(
+        "no-node-selector", {"mode": "hami-core"}, "spec.nodeSelector", "openapi", "Required value"
+    ),
     InvalidSpec("unknown-mode", {"mode": "vgpu"}, "spec.mode", "openapi", "Unsupported value"),
     InvalidSpec(
         "priority-too-high", {"mode": "hami-core", "priority": 5000}, "spec.priority", "openapi"
@@ -121,6 +124,62 @@ INVALID_SPECS: tuple[InvalidSpec, ...] = (
         strict=True,
     ),
     # ---- CEL rules ----
+    InvalidSpec(
+        "empty-node-selector",
+        {"mode": "hami-core", "nodeSelector": {}},
+        "spec.nodeSelector",
+        "cel",
+        "nodeSelector must not be empty",
+    ),
+    InvalidSpec(
+        "empty-node-selector-lists",
+        {"mode": "mig", "nodeSelector": {"matchLabels": {}, "matchExpressions": []}},
+        "spec.nodeSelector",
+        "cel",
+        "nodeSelector must not be empty",
+    ),
+    InvalidSpec(
+        "kubernetes-io-label",
+        {"mode": "hami-core", "nodeLabels": {"kubernetes.io/hostname": "other"}},
+        "spec.nodeLabels",
+        "cel",
+        "must not set keys under kubernetes.io/ or k8s.io/",
+    ),
+    InvalidSpec(
+        "node-restriction-label",
+        {"mode": "hami-core", "nodeLabels": {"node-restriction.kubernetes.io/pool": "secrets"}},
+        "spec.nodeLabels",
+        "cel",
+        "must not set keys under kubernetes.io/ or k8s.io/",
+    ),
+    InvalidSpec(
+        "k8s-io-label",
+        {"mode": "whole-gpu", "nodeLabels": {"k8s.io/role": "gpu"}},
+        "spec.nodeLabels",
+        "cel",
+        "must not set keys under kubernetes.io/ or k8s.io/",
+    ),
+    InvalidSpec(
+        "k8s-io-subdomain-taint",
+        {"mode": "hami-core", "nodeTaints": [{"key": "node.k8s.io/gpu", "effect": "NoSchedule"}]},
+        "spec.nodeTaints",
+        "cel",
+        "must not use keys under kubernetes.io/ or k8s.io/",
+    ),
+    InvalidSpec(
+        "no-execute-taint",
+        {"mode": "hami-core", "nodeTaints": [{"key": "gpu", "effect": "NoExecute"}]},
+        "spec.nodeTaints",
+        "cel",
+        "set allowNoExecute: true to mean it",
+    ),
+    InvalidSpec(
+        "mig-manager-label-by-hand",
+        {"mode": "mig", "nodeLabels": {"nvidia.com/gpu.deploy.mig-manager": "false"}},
+        "spec.nodeLabels",
+        "cel",
+        "use disableNvidiaDevicePlugin and disableNvidiaMigManager",
+    ),
     InvalidSpec(
         "mig-block-without-mig-mode",
         {"mode": "hami-core", "mig": {"partitioning": "dynamic"}},
@@ -224,6 +283,24 @@ INVALID_SPECS: tuple[InvalidSpec, ...] = (
     ),
     # ---- caught by the operator ----
     InvalidSpec(
+        "cpu-only-node",
+        {"mode": "hami-core", "nodeSelector": _sel("cpu-only-node")},
+        "spec.nodeSelector",
+        "operator",
+        "shows no NVIDIA GPU",
+        reason="NoGpuEvidence",
+        node=_node("cpu-only-node", None, 0),
+    ),
+    InvalidSpec(
+        "ascend-mode-on-an-nvidia-node",
+        {"mode": "ascend-vnpu", "nodeSelector": _sel("ascend-mode-on-an-nvidia-node")},
+        "spec.nodeSelector",
+        "operator",
+        "shows no Ascend NPU",
+        reason="NoGpuEvidence",
+        node=_node("ascend-mode-on-an-nvidia-node", "A30", 4),
+    ),
+    InvalidSpec(
         "gpus-of-the-wrong-type",
         {"mode": "mig", "mig": _static({"gpus": 3, "profiles": {"1g.10gb": 7}})},
         "spec.mig.layout[0].gpus",
@@ -320,6 +397,16 @@ INVALID_SPECS: tuple[InvalidSpec, ...] = (
             labels={"volcano.sh/vgpu.enabled": "false"},
         ),
     ),
+)
+
+
+# Every case selects only the nodes labelled with its name (none, unless it brings its node):
+# a spec without a selector is refused for that alone (the case above says so).
+INVALID_SPECS: tuple[InvalidSpec, ...] = tuple(
+    c
+    if "nodeSelector" in c.spec or c.name == "no-node-selector"
+    else replace(c, spec={"nodeSelector": _sel(c.name), **c.spec})
+    for c in _CASES
 )
 
 

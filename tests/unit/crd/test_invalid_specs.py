@@ -31,8 +31,16 @@ OPENAPI = [c for c in INVALID_SPECS if c.caught_by == "openapi"]
 CEL = [c for c in INVALID_SPECS if c.caught_by == "cel"]
 OPERATOR = [c for c in INVALID_SPECS if c.caught_by == "operator"]
 
+GPUS = {"matchLabels": {"nvidia.com/gpu.present": "true"}}
 VALID_SPECS: list[dict[str, Any]] = [
-    {"mode": "hami-core"},
+    {"mode": "hami-core", "nodeSelector": GPUS},
+    {
+        "mode": "hami-core",
+        "nodeSelector": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+        "allowNoExecute": True,
+        "nodeTaints": [{"key": "example.com/gpu", "effect": "NoExecute"}],
+        "nodeLabels": {"kubernetes.example.com/x": "y", "k8s.iox/y": "z"},
+    },
     {
         "mode": "hami-core",
         "priority": -3,
@@ -55,9 +63,15 @@ VALID_SPECS: list[dict[str, Any]] = [
         "rollout": {"maxUnavailable": "25%", "drain": {"timeoutSeconds": 0}},
         "suspend": False,
     },
-    {"mode": "mig", "mig": {"partitioning": "dynamic"}, "disableNvidiaDevicePlugin": True},
     {
         "mode": "mig",
+        "nodeSelector": GPUS,
+        "mig": {"partitioning": "dynamic"},
+        "disableNvidiaDevicePlugin": True,
+    },
+    {
+        "mode": "mig",
+        "nodeSelector": GPUS,
         "mig": {
             "partitioning": "static",
             "layout": [
@@ -67,6 +81,7 @@ VALID_SPECS: list[dict[str, Any]] = [
     },
     {
         "mode": "mig",
+        "nodeSelector": GPUS,
         "mig": {
             "partitioning": "static",
             "layout": [
@@ -75,8 +90,12 @@ VALID_SPECS: list[dict[str, Any]] = [
             ],
         },
     },
-    {"mode": "whole-gpu", "nodeLabels": {"pool": "exclusive"}},
-    {"mode": "ascend-vnpu", "ascendVnpu": {"vDeviceCount": 4, "hamiVnpuCore": True}},
+    {"mode": "whole-gpu", "nodeSelector": GPUS, "nodeLabels": {"pool": "exclusive"}},
+    {
+        "mode": "ascend-vnpu",
+        "nodeSelector": {"matchLabels": {"accelerator": "huawei-Ascend910"}},
+        "ascendVnpu": {"vDeviceCount": 4, "hamiVnpuCore": True},
+    },
 ]
 
 

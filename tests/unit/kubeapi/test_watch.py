@@ -163,3 +163,23 @@ async def test_a_failed_watch_backs_off_and_resumes_from_where_it_was(wire: Wire
     assert got[2] == kubeapi.WatchEvent("MODIFIED", node("a", "12"))
     assert [q["resourceVersion"] for q in script.watch_queries] == ["10", "11", "11", "11"]
     assert len(script.list_queries) == 1
+
+
+async def test_a_listing_is_reduced_page_by_page(wire: Wire) -> None:
+    """`reduce` sees each item as its page arrives; what it returns None for is not kept."""
+    seen: list[str] = []
+
+    def keep_b(obj: Any) -> dict[str, Any] | None:
+        seen.append(obj["metadata"]["name"])
+        return {"name": obj["metadata"]["name"]} if obj["metadata"]["name"] == "b" else None
+
+    script = Script(
+        listings=[[page([node("a", "3")], "10", cont="c1"), page([node("b", "4")], "10")]],
+        watches=[],
+    )
+    wire.on("GET", PATH, script)
+    options = kubeapi.WatchOptions(page_size=1, reduce=keep_b)
+    async with wire.client() as api:
+        listing = await kubeapi.list_all(api, PATH, options)
+    assert listing.items == [{"name": "b"}] and seen == ["a", "b"]
+    assert listing.resource_version == "10"

@@ -174,7 +174,8 @@ def test_the_node_planner_writes_the_device_plugin_label(
 ) -> None:
     # c5c2959 wrote no such label: the plugin DaemonSets had nothing to select on
     selector = {"nodeSelector": {"matchLabels": {"pool": "a"}}}
-    nodes, _ = reconcile([node("n1", {"pool": "a"})], [policy("p", {**spec, **selector})])
+    both = node("n1", {"pool": "a", contract.ASCEND_CHIP_LABEL: "910B3"})  # GPUs and NPUs
+    nodes, _ = reconcile([both], [policy("p", {**spec, **selector})])
     assert labels_of(nodes[0]).get(PLACE) == label
     again, _ = reconcile(nodes, [])  # the policy is gone: the label goes with it
     assert PLACE not in labels_of(again[0])
@@ -207,6 +208,7 @@ def custom_taint_cluster() -> list[dict[str, Any]]:
                 "mode": "hami-core",
                 "nodeSelector": {"matchLabels": {"pool": "b"}},
                 "nodeTaints": custom,
+                "allowNoExecute": True,
             },
         ),
         policy(

@@ -8,12 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.volcano.volcano_fixtures import text
+from vgpu_operator.core import mig_catalog
 from vgpu_operator.core.geometry import (
     BUILTIN_GEOMETRIES,
     ReportedGpuModel,
     ReportedProfile,
     build_known_geometries,
     catalog_for,
+    report_problem,
     reported_from_inventory,
     uncovered_models,
 )
@@ -113,36 +115,68 @@ def test_an_existing_entry_is_never_changed_even_when_the_catalog_differs() -> N
     assert plan.entries == [mine] and not plan.changed
 
 
-def test_reported_profiles_give_exact_memory_and_cover_unknown_models() -> None:
-    reported = [
-        ReportedGpuModel(
-            "NVIDIA H100 80GB HBM3",
-            (ReportedProfile("1g.10gb", 9984, 7), ReportedProfile("2g.20gb", 20096, 3)),
-        ),
-        ReportedGpuModel(
-            "NVIDIA H100 NVL",
-            (
-                ReportedProfile("1g.12gb", 11264, 7),
-                ReportedProfile("1g.12gb+me", 11264, 1),
-                ReportedProfile("1c.3g.47gb", 48000, 2),
-                ReportedProfile("7g.94gb", 95744, 1),
-            ),
-        ),
-    ]
+B200_PROFILES = (
+    ReportedProfile("1g.23gb", 23552, 7),
+    ReportedProfile("1g.23gb+me", 23552, 1),
+    ReportedProfile("1c.3g.90gb", 92160, 2),  # not a GPU-instance profile: not used
+    ReportedProfile("7g.180gb", 184320, 1),
+)
+
+
+def test_an_inventory_never_changes_what_the_catalog_says() -> None:
+    # c5c2959: the first inventory for a catalog model set its memory values (one forged
+    # annotation put 1g.10gb = 999,999 MiB into the cluster-wide list)
+    forged = ReportedGpuModel(
+        "NVIDIA H100 80GB HBM3",
+        (ReportedProfile("1g.10gb", 999_999, 7), ReportedProfile("2g.20gb", 20096, 3)),
+    )
+    nvl = ReportedGpuModel("NVIDIA H100 NVL", (ReportedProfile("1g.12gb", 1, 7),))
     plan = build_known_geometries(
-        [], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL"], list(BUILTIN_GEOMETRIES), reported
+        [], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL"], list(BUILTIN_GEOMETRIES), [forged, nvl]
     )
-    h100, nvl = plan.appended
-    assert h100.allowed_geometries[1].geometries[0].memory == 20096  # reported, not the table's
-    assert h100.allowed_geometries[2].geometries[0].memory == 40448  # not reported: the table's
-    assert nvl.models == ["NVIDIA H100 NVL"]
+    h100, from_table = plan.appended
+    assert h100 == next(e for e in BUILTIN_GEOMETRIES if "H100 80GB HBM3" in e.models)
+    # a model only the built-in MIG catalog knows: its values, whatever the report says
+    table = mig_catalog.model_for_name("NVIDIA H100 NVL")
+    assert table is not None
+    memory = {p.name: p.memory_mib for p in table.profiles}
+    assert all(
+        t.memory == memory[t.name] for g in from_table.allowed_geometries for t in g.geometries
+    )
+
+
+def test_a_sane_report_covers_a_model_no_catalog_knows() -> None:
+    reported = [ReportedGpuModel("NVIDIA B200", B200_PROFILES, memory_mib=184320)]
+    plan = build_known_geometries([], ["NVIDIA B200"], list(BUILTIN_GEOMETRIES), reported)
+    [b200] = plan.appended
+    assert b200.models == ["NVIDIA B200"]
     assert [
-        (g.group, [(t.name, t.count) for t in g.geometries]) for g in nvl.allowed_geometries
-    ] == [("group1", [("1g.12gb", 7)]), ("group2", [("7g.94gb", 1)])]
+        (g.group, [(t.name, t.memory, t.count) for t in g.geometries])
+        for g in b200.allowed_geometries
+    ] == [("group1", [("1g.23gb", 23552, 7)]), ("group2", [("7g.180gb", 184320, 1)])]
     off = build_known_geometries(
-        [], ["NVIDIA H100 NVL"], list(BUILTIN_GEOMETRIES), reported, from_inventory=False
+        [], ["NVIDIA B200"], list(BUILTIN_GEOMETRIES), reported, from_inventory=False
     )
-    assert off.uncovered == ["NVIDIA H100 NVL"]
+    assert off.uncovered == ["NVIDIA B200"]
+
+
+@pytest.mark.parametrize(
+    ("profiles", "memory", "problem"),
+    [
+        ((ReportedProfile("1g.23gb", 999_999, 7),), 0, "not about 23 GiB"),
+        ((ReportedProfile("1g.23gb", 23552, 7),), 20000, "more memory"),
+        ((ReportedProfile("2g.45gb", 46080, 7),), 0, "does not fit one GPU"),
+        ((ReportedProfile("1c.2g.45gb", 46080, 7),), 0, "no GPU-instance profile"),
+        ((), 0, "no GPU-instance profile"),
+    ],
+)
+def test_an_insane_report_adds_nothing(
+    profiles: tuple[ReportedProfile, ...], memory: int, problem: str
+) -> None:
+    reported = ReportedGpuModel("NVIDIA B200", profiles, memory_mib=memory)
+    assert problem in (report_problem(reported) or "")
+    plan = build_known_geometries([], ["NVIDIA B200"], [], [reported])
+    assert plan.uncovered == ["NVIDIA B200"] and not plan.changed
 
 
 def test_the_operator_catalog_comes_before_the_builtins() -> None:
@@ -153,9 +187,9 @@ def test_the_operator_catalog_comes_before_the_builtins() -> None:
     plan = build_known_geometries([], ["NVIDIA H100 80GB HBM3"], catalog_for(cfg))
     assert [g.group for g in plan.appended[0].allowed_geometries] == ["only7g"]
     no_builtins = load_config("migGeometries: {builtins: false}")
-    assert build_known_geometries([], ["NVIDIA A30"], catalog_for(no_builtins)).uncovered == [
-        "NVIDIA A30"
-    ]
+    assert build_known_geometries(
+        [], ["NVIDIA A30"], catalog_for(no_builtins), builtins=False
+    ).uncovered == ["NVIDIA A30"]
 
 
 def test_reported_models_come_from_the_agent_inventory() -> None:
@@ -171,6 +205,7 @@ def test_reported_models_come_from_the_agent_inventory() -> None:
                 profiles=[
                     ProfileInfo(id=19, name="1g.12gb", slices=1, memory_mib=11264, count=7, size=1)
                 ],
+                profiles_source="driver",
             )
             for i in range(2)
         ]
@@ -185,9 +220,15 @@ def test_reported_models_come_from_the_agent_inventory() -> None:
             )
         ]
     )
-    assert reported_from_inventory(inv) == [
-        ReportedGpuModel("NVIDIA H100 NVL", (ReportedProfile("1g.12gb", 11264, 7),))
-    ]
+    nvl = ReportedGpuModel("NVIDIA H100 NVL", (ReportedProfile("1g.12gb", 11264, 7),), 95830)
+    assert reported_from_inventory(inv) == [nvl]
+    # GPUs of one model that disagree, or profiles from the agent's table: not trusted
+    odd = inv.gpus[1].model_copy(update={"profiles": []})
+    [mixed] = reported_from_inventory(inv.model_copy(update={"gpus": [inv.gpus[0], odd]}))
+    assert mixed.problem == "its GPUs list different profiles on the same node"
+    table = inv.gpus[0].model_copy(update={"profiles_source": "catalog"})
+    [guessed] = reported_from_inventory(Inventory(gpus=[table]))
+    assert guessed.problem is not None and "not the driver" in guessed.problem
 
 
 NAMES = st.sampled_from(sorted(REAL) + OTHERS)
@@ -208,7 +249,8 @@ def test_building_only_appends_and_covers_all_it_can(
     assert [e.model_dump() for e in existing] == before
     # every real, MIG-capable model is covered afterwards; the others are reported uncovered
     assert uncovered_models(plan.entries, required) == sorted(set(plan.uncovered))
-    assert set(plan.uncovered) == {n for n in required if n not in REAL}
+    known = {n for n in required if (m := mig_catalog.model_for_name(n)) and m.mig_capable}
+    assert set(plan.uncovered) == {n for n in required if n not in REAL and n not in known}
     # building again from the result changes nothing (stable)
     again = build_known_geometries(plan.entries, required, list(BUILTIN_GEOMETRIES))
     assert not again.changed

@@ -47,6 +47,8 @@ EXPECTED_RULES = {
     "ascend-node-config-file",
     "plugin-node-overrides",
     "settings-without-effect",
+    "mig-geometry-reports",
+    "payload-readable",
 }
 
 

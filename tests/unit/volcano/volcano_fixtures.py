@@ -150,7 +150,7 @@ def gpu_node(
         if tainted:
             taints = (POLICY_TAINT,)
             annotations[contract.ANN_OWNED] = Owned(
-                labels=labels,
+                labels=dict(contract.DEFAULT_NODE_LABELS),  # the policy/mode labels are not in it
                 taints=[Taint(**POLICY_TAINT)],  # type: ignore[arg-type]
             ).to_annotation()
     return gpu_node_manifest(

@@ -17,6 +17,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from vgpu_operator.contract import ANN_DATA_CHANGED_AT
+from vgpu_operator.core import yamlsafe
 
 
 class RenderError(ValueError):
@@ -88,9 +89,16 @@ class RoundTrip:
         self._doc: Any = None
         if text.strip():
             try:
+                yamlsafe.check_round_trip(self._yaml, text)  # before anything is constructed
                 self._doc, guessed, block_seq = load_yaml_guess_indent(text, yaml=self._yaml)
+            except yamlsafe.YamlRefused as exc:
+                raise RenderError(str(exc)) from exc
             except YAMLError as exc:
                 raise RenderError(f"not valid YAML: {exc}") from exc
+            except RecursionError as exc:
+                raise RenderError("not valid YAML: nested too deeply") from exc
+            except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp of month 13
+                raise RenderError(f"not valid YAML: {type(exc).__name__}: {exc}") from exc
             sequence = guessed or 2
             offset = block_seq or 0
         self._yaml.indent(mapping=_mapping_indent(text), sequence=sequence, offset=offset)

@@ -124,6 +124,7 @@ def render_device_config(
             catalog_for(config),
             reported,
             from_inventory=config.mig_geometries.from_inventory,
+            builtins=config.mig_geometries.builtins,
         )
         if plan.appended or GEOMETRIES_KEY not in nvidia:
             _set_geometries(nvidia, plan.appended)

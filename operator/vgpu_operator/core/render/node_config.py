@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from vgpu_operator.contract import ANN_OWNED_ENTRIES
+from vgpu_operator.core import yamlsafe
 from vgpu_operator.core.render.common import (
     Rendered,
     RenderError,
@@ -63,8 +64,8 @@ def owned_entries(cm: Mapping[str, Any] | None) -> dict[str, str]:
     if not raw:
         return {}
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
+        value = yamlsafe.json_loads(raw)
+    except yamlsafe.YamlRefused:
         return {}
     if isinstance(value, dict):
         return {str(k): str(v) for k, v in value.items()}
@@ -246,8 +247,8 @@ def _json_load(text: str) -> Any:
     if not text.strip():
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return yamlsafe.json_loads(text)
+    except yamlsafe.YamlRefused as exc:
         raise RenderError(
             f"config.json is not valid JSON ({exc}); refusing to overwrite it"
         ) from exc

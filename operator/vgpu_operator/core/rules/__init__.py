@@ -7,7 +7,7 @@ returns `Finding`s: the issues with the id of the rule that reported them.
 from __future__ import annotations
 
 # The import order is the order of the rules in reports: scheduler conf, ConfigMaps, plugin,
-# versions, nodes, pods, then legacy and Ascend MindCluster.
+# versions, nodes, pods, legacy and Ascend MindCluster, then the payloads that do not parse.
 # isort: off
 from vgpu_operator.core.rules import scheduler  # noqa: F401
 from vgpu_operator.core.rules import configmaps  # noqa: F401
@@ -16,6 +16,7 @@ from vgpu_operator.core.rules import versions  # noqa: F401
 from vgpu_operator.core.rules import nodes  # noqa: F401
 from vgpu_operator.core.rules import pods  # noqa: F401
 from vgpu_operator.core.rules import legacy_ascend  # noqa: F401
+from vgpu_operator.core.rules import payloads  # noqa: F401
 
 # isort: on
 from vgpu_operator.core.rules.base import (

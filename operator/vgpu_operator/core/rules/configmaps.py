@@ -199,6 +199,7 @@ def check_device_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
         catalog_for(s.config),
         s.reported_models,
         from_inventory=s.config.mig_geometries.from_inventory,
+        builtins=s.config.mig_geometries.builtins,
     )
     if plan.appended:
         keys.append(

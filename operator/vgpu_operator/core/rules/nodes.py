@@ -7,7 +7,14 @@ import math
 from collections.abc import Iterator
 
 from vgpu_operator import contract
-from vgpu_operator.core.geometry import build_known_geometries, catalog_for
+from vgpu_operator.core import mig_catalog
+from vgpu_operator.core.geometry import (
+    build_known_geometries,
+    catalog_for,
+    disagreements,
+    report_problem,
+    reported_from_inventory,
+)
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_factor
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, Obj, labels_of, name_of
@@ -78,6 +85,7 @@ def check_mig_coverage(s: ClusterSnapshot) -> Iterator[Issue]:
         catalog_for(s.config),
         s.reported_models,
         from_inventory=s.config.mig_geometries.from_inventory,
+        builtins=s.config.mig_geometries.builtins,
     )
     coverable = {n for n in s.mig_gpu_names if first_match(ours_plan.entries, n) is not None}
     reads_ours = not fallback and (src.namespace, src.name) == ref.ref()
@@ -122,6 +130,45 @@ def check_mig_coverage(s: ClusterSnapshot) -> Iterator[Issue]:
                 fix=fix,
                 fixable=fixable,
             )
+
+
+@rule("mig-geometry-reports", "agent inventories agree with the MIG catalog")
+def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
+    """An inventory is anyone's who may annotate the Node: where it contradicts the built-in
+    MIG catalog for a model the catalog knows, or reports a model no catalog knows in a way that
+    fails the sanity check, knownMigGeometries is not taken from it (core.geometry) and this
+    says so. Neither is ever written."""
+    required = set(s.mig_gpu_names)
+    for node in s.nodes:
+        inv = s.inventory(node)
+        for reported in reported_from_inventory(inv) if inv is not None else []:
+            diff = disagreements(reported)
+            if diff:
+                yield warning(
+                    _node(node),
+                    f"the inventory of {name_of(node)} reports {reported.nvml_name} MIG "
+                    f"profiles that differ from the built-in catalog: {'; '.join(diff)}; "
+                    "knownMigGeometries keeps the catalog's values",
+                    fix="check the node's driver and the agent's inventory annotation "
+                    f"({contract.ANN_INVENTORY}); a forged annotation changes nothing",
+                )
+                continue
+            problem = report_problem(reported)
+            known = mig_catalog.model_for_name(reported.nvml_name) is not None or any(
+                e.matches(f"NVIDIA-{reported.nvml_name}") for e in catalog_for(s.config)
+            )
+            if (
+                problem is not None
+                and reported.nvml_name in required
+                and not known
+                and s.config.mig_geometries.from_inventory
+            ):
+                yield warning(
+                    _node(node),
+                    f"the inventory of {name_of(node)} reports {reported.nvml_name}, which no "
+                    f"catalog knows, but {problem}: it is not added to knownMigGeometries",
+                    fix="add the model to migGeometries.catalog in the operator config",
+                )
 
 
 @rule("gpu-memory-factor", "no node registers more than 60,000 memory entries")

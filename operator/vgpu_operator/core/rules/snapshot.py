@@ -66,14 +66,22 @@ def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
 
 
+# Times read from the cluster are clamped into this range: what anyone may write into an
+# annotation (`9999-12-31T23:59:59.5Z`) must not overflow the date arithmetic done with it.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
 def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
+    """An RFC 3339 time (naive: UTC) clamped into [EARLIEST, LATEST]; None if it is none."""
+    if not isinstance(value, str) or not value or len(value) > 64:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return min(max(parsed, EARLIEST), LATEST)
+    except (ValueError, OverflowError):
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def known_after(changed: datetime) -> datetime:

@@ -1,0 +1,237 @@
+"""What the benchmarks share: a local control plane that two cores can keep thousands of nodes
+alive on, deadlines that say what they were waiting for, clean exits, and process memory.
+
+Node heartbeats. kwok renews each node's Lease every quarter of the lease duration
+(sigs.k8s.io/kwok@v0.8.0:pkg/kwok/controllers/controller.go, `renewInterval := leaseDuration
+/ 4`): with the local control plane's 40 s that is 500 Lease writes a second at 5,000 nodes,
+more than two cores serve beside the runs measured, and once renewals lag the controller
+manager's node-lifecycle controller marks nodes NotReady and patches them (taints) under the
+benchmark. The benchmarks' control plane therefore runs kwok with `--node-lease-duration-seconds
+LEASE_SECONDS` (a renewal every 5 minutes) and the controller manager with
+`--node-monitor-grace-period GRACE` (longer than a renewal interval plus its lag), so every node
+keeps heartbeating, at a rate two cores hold. Both are printed with the results.
+
+Setting up. The controller manager's client is limited to 20 requests a second by default, and
+its node-lifecycle controller puts a not-ready taint on each new node and takes it off once the
+node is Ready: about 4 nodes a second came up, 20 minutes per 5,000-node pool. It runs with
+`--kube-api-qps 5000 --kube-api-burst 10000`, as kwokctl runs it for scale tests
+(sigs.k8s.io/kwok@v0.8.0:pkg/kwokctl/components/kube_controller_manager.go, `DisableQPSLimits`).
+Nothing is timed while nodes come up: each run starts once every node is Ready and untainted.
+
+Exits. SIGTERM and SIGINT cancel the run; every phase has a deadline and, past it, prints what
+it was waiting for and ends the run. Either way the control plane is stopped and its temporary
+directory removed (`LocalCluster.stop`), and every child process is ended: the control plane's
+and the operators' die with the benchmark process even if it is killed (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from vgpu_operator import kubeapi
+from vgpu_operator.devcluster import binaries
+from vgpu_operator.devcluster.cluster import LocalCluster
+from vgpu_operator.devcluster.nodes import NodeSpec, gpu_node_manifest, is_ready
+
+LEASE_SECONDS = 1200
+GRACE = "30m"
+CONCURRENCY = 32
+
+T = TypeVar("T")
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def machine() -> str:
+    """The machine, for the results: CPU model, cores, memory."""
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    return f"{model}, {os.cpu_count()} cores, {mem_kb / 2**20:.0f} GiB"
+
+
+@contextlib.contextmanager
+def bench_cluster(profiling: bool = False) -> Iterator[LocalCluster]:
+    """The local control plane with long node leases (see the module docstring): started
+    without kwok and the controller manager, which are then started here with the longer
+    lease and grace period, as children of the same LocalCluster (stopped with it)."""
+    with LocalCluster.run(
+        prefix="vgpu-bench-",
+        with_scheduler=False,
+        with_kwok=False,
+        with_controller_manager=False,
+        profiling=profiling,
+    ) as cluster:
+        bins = binaries.ensure_all(names=("kube-controller-manager", "kwok"))
+        d = cluster.workdir
+        k = cluster.kubeconfig_for("controller-manager")
+        cluster._spawn(
+            "kube-controller-manager",
+            [
+                str(bins["kube-controller-manager"]),
+                f"--kubeconfig={k}",
+                f"--authentication-kubeconfig={k}",
+                f"--authorization-kubeconfig={k}",
+                f"--service-account-private-key-file={d / 'sa.key'}",
+                f"--root-ca-file={cluster.ca_file}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--node-monitor-grace-period={GRACE}",
+                "--kube-api-qps=5000",
+                "--kube-api-burst=10000",
+            ],
+            False,
+        )
+        cluster._spawn(
+            "kwok",
+            [
+                str(bins["kwok"]),
+                f"--kubeconfig={cluster.kubeconfig_for('kwok')}",
+                f"--config={binaries.kwok_stages()}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--node-lease-duration-seconds={LEASE_SECONDS}",
+                "--cidr=10.0.0.1/24",
+                "--node-ip=10.0.0.1",
+            ],
+            False,
+        )
+        yield cluster
+
+
+class PhaseTimeout(RuntimeError):
+    pass
+
+
+@dataclass
+class Progress:
+    """What a phase is waiting for, kept up to date by the phase itself."""
+
+    what: str = "starting"
+
+    def __call__(self, what: str) -> None:
+        self.what = what
+
+
+async def phase(name: str, seconds: float, run: Callable[[Progress], Awaitable[T]]) -> T:
+    """`run(progress)` within `seconds`; past it, print what it was waiting for and fail."""
+    progress = Progress()
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(seconds):
+            result = await run(progress)
+    except TimeoutError:
+        message = f"{name}: no end after {seconds:.0f}s; it was waiting for {progress.what}"
+        print(message, file=sys.stderr, flush=True)
+        raise PhaseTimeout(message) from None
+    log(f"{name}: {time.monotonic() - began:.1f}s")
+    return result
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """asyncio.run(main()), with SIGTERM and SIGINT cancelling it (every `finally` then runs:
+    processes are stopped, the temporary directory removed); exit status 1 if it did not end
+    normally."""
+
+    async def guarded() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        await main()
+
+    try:
+        asyncio.run(guarded())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print("benchmark stopped by a signal; everything it started is gone", file=sys.stderr)
+        sys.exit(1)
+    except PhaseTimeout:
+        sys.exit(1)
+
+
+def memory(pid: int) -> tuple[float, float]:
+    """(resident, peak resident) memory of a process, in MiB (VmRSS, VmHWM)."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+# --- nodes ------------------------------------------------------------------------------------
+
+
+async def create_nodes(api: Any, specs: list[NodeSpec], progress: Progress) -> None:
+    """POST the nodes (bounded concurrency), then wait until all are Ready without a
+    node.kubernetes.io taint; progress says how many are done."""
+    sem = asyncio.Semaphore(CONCURRENCY)
+    made = 0
+
+    async def create(spec: NodeSpec) -> None:
+        nonlocal made
+        async with sem:
+            await kubeapi.request(
+                api, "POST", kubeapi.node_path(), body=gpu_node_manifest(spec), field_manager=None
+            )
+            made += 1
+            if made % 500 == 0:
+                progress(f"node creation: {made}/{len(specs)} created")
+
+    progress(f"node creation: 0/{len(specs)} created")
+    await asyncio.gather(*(create(s) for s in specs))
+    pools = {s.labels.get("bench/pool") for s in specs}
+    names = {s.name for s in specs}
+    while True:
+        ready = 0
+        for pool in pools:
+            listing = await kubeapi.list_all(
+                api, kubeapi.node_path(), kubeapi.WatchOptions(label_selector=f"bench/pool={pool}")
+            )
+            for node in listing.items:
+                taints = (node.get("spec") or {}).get("taints") or []
+                lifecycle = any(t.get("key", "").startswith("node.kubernetes.io/") for t in taints)
+                if node["metadata"]["name"] in names and is_ready(node) and not lifecycle:
+                    ready += 1
+        progress(f"nodes Ready: {ready}/{len(specs)}")
+        if ready >= len(specs):
+            return
+        await asyncio.sleep(3)
+
+
+async def delete_nodes(api: Any, names: set[str]) -> None:
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def delete(name: str) -> None:
+        async with sem:
+            with contextlib.suppress(kubeapi.NotFound):
+                await kubeapi.request(api, "DELETE", kubeapi.node_path(name))
+
+    await asyncio.gather(*(delete(name) for name in names))

@@ -1,0 +1,338 @@
+"""The scale benchmark, one run, one table: for each N, convergence against the floor
+(bench/convergence.py) and memory with N nodes and 10 x N running pods.
+
+Memory: N simulated nodes and 10 x N pods bound to them (kwok runs them; 10 % hold GPU
+resources, half `nvidia.com/gpu`, half `volcano.sh/vgpu-number`/`vgpu-memory`; the rest CPU
+only), then, one at a time:
+- a bare Kopf operator (bench/bare_kopf.py: one no-op event handler on every Pod, unfiltered),
+  measured once it has seen every pod and 5 s more;
+- `vgpu-operator run` (its own process, the chart's RBAC, as in the convergence runs), measured
+  once its pod index has listed (and holds every GPU pod), its first pass is done, and 5 s more.
+Both figures are resident memory (VmRSS) with the peak (VmHWM) beside it, in MiB.
+
+Order: every convergence first (their pools are created and deleted: no pods around them), then
+the memory phases, growing one pool of nodes and pods to each N in turn. Node leases, deadlines
+and clean exits: bench/benchkit.py.
+
+Usage: python bench/scale.py [N ...]   (default: 1000 5000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchkit import (
+    CONCURRENCY,
+    GRACE,
+    LEASE_SECONDS,
+    Progress,
+    bench_cluster,
+    create_nodes,
+    die_with_parent,
+    log,
+    machine,
+    memory,
+    phase,
+    run,
+)
+from convergence import HEADER, Convergence, OperatorProcess, convergence, node_deadline, row
+from vgpu_operator import kubeapi
+from vgpu_operator.devcluster.cluster import LocalCluster
+from vgpu_operator.devcluster.install import install_operator_access
+from vgpu_operator.devcluster.nodes import NodeSpec
+from vgpu_operator.kubeapi.credentials import Credentials
+
+NAMESPACE = "bench-pods"
+POOL = "mem"
+PODS_PER_NODE = 10
+SETTLE = 5.0  # seconds after the listing is in, before memory is read
+
+
+@dataclass
+class Memory:
+    n: int
+    pods: int
+    gpu_pods: int
+    operator: tuple[float, float]  # RSS, peak RSS (MiB)
+    kopf: tuple[float, float]
+
+
+def workload_pod(i: int, nodes: int) -> dict[str, Any]:
+    """Pod i, on node i mod N; every tenth holds a GPU resource: a whole GPU, or a vGPU as
+    Volcano places one (scheduled by it, its devices in the annotations it writes)."""
+    requests: dict[str, str] = {"cpu": "100m", "memory": "128Mi"}
+    annotations = {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
+    scheduler = "default-scheduler"
+    gpu = i % 10 == 0
+    node = f"{POOL}-{i % nodes}"
+    if gpu and i % 20 == 0:
+        requests["nvidia.com/gpu"] = "1"
+    elif gpu:
+        requests.update({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"})
+        devices = f"GPU-{i:08x}-0000-0000-0000-000000000000,NVIDIA,3000,0:;"
+        scheduler = "volcano"
+        annotations.update(
+            {
+                "volcano.sh/vgpu-ids-new": devices,
+                "volcano.sh/devices-to-allocate": ";",
+                "volcano.sh/bind-phase": "success",
+                "volcano.sh/vgpu-node": node,
+                "volcano.sh/vgpu-time": "1767225600",
+            }
+        )
+    app = f"app-{i % 50}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"w-{i}",
+            "labels": {
+                "app": app,
+                "pod-template-hash": "5d8f7c9b4",
+                "tier": "gpu" if gpu else "web",
+            },
+            "annotations": annotations,
+        },
+        "spec": {
+            "nodeName": node,
+            "schedulerName": scheduler,
+            "automountServiceAccountToken": False,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": f"registry.example.com/{app}:1.4.2",
+                    "command": ["/usr/local/bin/serve"],
+                    "args": ["--port=8080", "--log-level=info"],
+                    "env": [{"name": f"SETTING_{k}", "value": f"value-{k}-" * 3} for k in range(5)],
+                    "ports": [{"containerPort": 8080, "name": "http"}],
+                    "resources": {"requests": requests, "limits": dict(requests)},
+                }
+            ],
+        },
+    }
+
+
+async def grow_pool(api: Any, n: int, have: int) -> None:
+    specs = [
+        NodeSpec(f"{POOL}-{i}", "A100-SXM4-80GB", 8, labels={"bench/pool": POOL})
+        for i in range(have, n)
+    ]
+    await phase(
+        f"{len(specs)} more nodes ({n} in all)",
+        node_deadline(len(specs)),
+        lambda progress: create_nodes(api, specs, progress),
+    )
+
+
+async def namespace_ready(api: Any, progress: Progress) -> None:
+    with contextlib.suppress(kubeapi.Conflict):
+        await kubeapi.request(
+            api, "POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}}
+        )
+    while True:  # the controller manager creates its default ServiceAccount
+        try:
+            await kubeapi.request(
+                api, "GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
+            )
+            return
+        except kubeapi.NotFound:
+            progress(f"the ServiceAccount default in {NAMESPACE}")
+            await asyncio.sleep(0.5)
+
+
+async def create_pods(api: Any, first: int, last: int, nodes: int, progress: Progress) -> None:
+    sem = asyncio.Semaphore(CONCURRENCY)
+    made = 0
+
+    async def create(i: int) -> None:
+        nonlocal made
+        async with sem:
+            with contextlib.suppress(kubeapi.Conflict):
+                await kubeapi.request(
+                    api,
+                    "POST",
+                    f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    body=workload_pod(i, nodes),
+                    field_manager=None,
+                )
+            made += 1
+            if made % 1000 == 0:
+                progress(f"pod creation: {made}/{last - first} created")
+
+    progress(f"pod creation: 0/{last - first} created")
+    # in slices: 50,000 coroutines at once would only wait on the semaphore
+    for start in range(first, last, 2000):
+        await asyncio.gather(*(create(i) for i in range(start, min(start + 2000, last))))
+
+
+async def pods_running(api: Any, total: int, progress: Progress) -> None:
+    """Until kwok runs every pod (names only are listed: no full pod objects)."""
+    while True:
+        body = await kubeapi.request(
+            api,
+            "GET",
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            query={"fieldSelector": "status.phase!=Running"},
+            accept="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            timeout=120,
+        )
+        waiting = len(body.get("items") or [])
+        progress(f"kwok to run every pod: {total - waiting}/{total} Running")
+        if waiting == 0:
+            return
+        await asyncio.sleep(5)
+
+
+class BareKopf:
+    def __init__(self, kubeconfig: Path, log_path: Path) -> None:
+        self._log = log_path.open("ab")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("bare_kopf.py"))],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+        self.seen = 0
+
+    async def wait_seen(self, count: int, progress: Progress) -> None:
+        assert self.proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        while self.seen < count:
+            progress(f"the bare Kopf operator to see every pod: {self.seen}/{count}")
+            line = await loop.run_in_executor(None, self.proc.stdout.readline)
+            if not line:
+                raise RuntimeError(f"the bare Kopf operator exited ({self.proc.wait()})")
+            if line.startswith(b"seen "):
+                self.seen = int(line.split()[1])
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+async def settled_memory(pid: int) -> tuple[float, float]:
+    await asyncio.sleep(SETTLE)
+    return memory(pid)
+
+
+async def memory_run(
+    api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, have_nodes: int, have_pods: int
+) -> Memory:
+    pods = n * PODS_PER_NODE
+    gpu_pods = sum(1 for i in range(pods) if i % 10 == 0)
+    await grow_pool(api, n, have_nodes)
+    await phase("the pods' namespace", 60, lambda progress: namespace_ready(api, progress))
+    await phase(
+        f"{pods - have_pods} more pods ({pods} in all)",
+        300 + (pods - have_pods) * 0.05,
+        lambda progress: create_pods(api, have_pods, pods, n, progress),
+    )
+    await phase(f"{pods} pods Running", 300 + pods * 0.02, lambda p: pods_running(api, pods, p))
+
+    kopf = BareKopf(cluster.kubeconfig, cluster.workdir / "bench-bare-kopf.log")
+    try:
+        await phase(
+            f"bare Kopf listing {pods} pods",
+            300 + pods * 0.04,
+            lambda progress: kopf.wait_seen(pods - pods % 100, progress),
+        )
+        kopf_mem = await settled_memory(kopf.proc.pid)
+    finally:
+        kopf.stop()
+
+    operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
+    try:
+        await phase(
+            f"operator listing {pods} pods",
+            300 + pods * 0.02,
+            lambda progress: operator.wait_until(
+                f"its pod index to hold the {gpu_pods} GPU pods and its first pass",
+                lambda b: (
+                    bool(b.get("podIndexSynced"))
+                    and b.get("gpuPods") == gpu_pods
+                    and int(b.get("reconcilePasses") or 0) >= 1
+                ),
+                progress,
+            ),
+        )
+        op_mem = await settled_memory(operator.proc.pid)
+    finally:
+        operator.stop()
+    return Memory(n, pods, gpu_pods, op_mem, kopf_mem)
+
+
+def table(conv: dict[int, Convergence], mem: dict[int, Memory]) -> str:
+    lines = [
+        "| N nodes | floor s | operator s | ratio | writes/node floor / operator | pods "
+        "(GPU) | operator RSS MiB (peak) | bare Kopf RSS MiB (peak) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in sorted(set(conv) | set(mem)):
+        c, m = conv.get(n), mem.get(n)
+        conv_cells = (
+            f"{c.floor_s:.2f} | {c.operator_s:.2f} | {c.ratio:.2f} | "
+            f"{c.floor_writes:.2f} / {c.operator_writes:.2f}"
+            if c
+            else "not completed | | |"
+        )
+        mem_cells = (
+            f"{m.pods:,} ({m.gpu_pods:,}) | {m.operator[0]:.0f} ({m.operator[1]:.0f}) | "
+            f"{m.kopf[0]:.0f} ({m.kopf[1]:.0f})"
+            if m
+            else "not completed | |"
+        )
+        lines.append(f"| {n:,} | {conv_cells} | {mem_cells} |")
+    return "\n".join(lines)
+
+
+async def main(sizes: list[int]) -> None:
+    log(f"machine: {machine()}")
+    log(f"kwok node leases {LEASE_SECONDS}s, node-monitor-grace-period {GRACE}")
+    conv: dict[int, Convergence] = {}
+    mem: dict[int, Memory] = {}
+    try:
+        with bench_cluster() as cluster:
+            admin = Credentials(kubeconfig=str(cluster.kubeconfig))
+            api = await admin.client(pool_size=CONCURRENCY + 8)
+            async with api:
+                credentials = await install_operator_access(api, cluster.workdir)
+                assert credentials.kubeconfig is not None
+                kubeconfig = Path(credentials.kubeconfig)
+                print(HEADER, flush=True)
+                for n in sizes:
+                    conv[n] = await convergence(api, cluster, kubeconfig, n)
+                    print(row(conv[n]), flush=True)
+                have_nodes = have_pods = 0
+                for n in sizes:
+                    mem[n] = await memory_run(api, cluster, kubeconfig, n, have_nodes, have_pods)
+                    have_nodes, have_pods = n, n * PODS_PER_NODE
+                    m = mem[n]
+                    print(
+                        f"memory N={n} pods={m.pods} gpu={m.gpu_pods}: operator "
+                        f"{m.operator[0]:.0f} MiB (peak {m.operator[1]:.0f}), bare Kopf "
+                        f"{m.kopf[0]:.0f} MiB (peak {m.kopf[1]:.0f})",
+                        flush=True,
+                    )
+    finally:
+        print(f"\nMachine: {machine()}; node leases {LEASE_SECONDS}s, grace {GRACE}\n")
+        print(table(conv, mem), flush=True)
+
+
+if __name__ == "__main__":
+    run(lambda: main([int(a) for a in sys.argv[1:]] or [1000, 5000]))

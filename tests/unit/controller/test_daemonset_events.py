@@ -1,0 +1,76 @@
+"""The controller's DaemonSet and pod sources for the configuration reconciler: which DaemonSet
+events ask for a pass, and the gate before the first pass (the pod index and the DaemonSet
+informer listed)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from vgpu_operator.controller.app import Controller, Settings, after
+from vgpu_operator.controller.informer import ADDED, MODIFIED, Change
+from vgpu_operator.controller.snapshot import compact_daemonset
+from vgpu_operator.controller.volcano import VolcanoOptions
+from vgpu_operator.kubeapi.credentials import Credentials
+
+
+def controller() -> tuple[Controller, list[bool]]:
+    """A controller not started, its configuration pass requests recorded."""
+    settings = Settings(credentials=Credentials(), volcano=VolcanoOptions(enabled=True))
+    made = Controller(settings, api=None)  # type: ignore[arg-type]  # no request is made
+    asked: list[bool] = []
+    made.request_configuration_pass = lambda: asked.append(True)  # type: ignore[method-assign]
+    return made, asked
+
+
+def daemonset(ns: str, name: str, rv: str, image: str = "img:1", ready: int = 0) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "generation": 1},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}},
+        "status": {"numberReady": ready},
+    }
+
+
+def change(kind: str, now: dict[str, Any], before: dict[str, Any] | None) -> Change[Any]:
+    previous = compact_daemonset(before) if before else None
+    name = f"{now['metadata']['namespace']}/{now['metadata']['name']}"
+    return Change(kind, name, compact_daemonset(now), previous, now)
+
+
+async def test_the_configured_plugin_asks_for_a_pass_on_every_event() -> None:
+    ctl, asked = controller()
+    old = daemonset("kube-system", "volcano-device-plugin", "1")
+    status_only = daemonset("kube-system", "volcano-device-plugin", "2", ready=3)
+    await ctl.daemonset_event(change(MODIFIED, status_only, old))
+    assert asked == [True]  # its rollout shows in its status
+
+
+async def test_another_daemonset_asks_for_a_pass_only_when_its_spec_changes() -> None:
+    ctl, asked = controller()
+    first = daemonset("gpu-operator", "nvidia-device-plugin-daemonset", "1")
+    await ctl.daemonset_event(change(ADDED, first, None))
+    assert asked == [True]  # new: the rules may look for it
+    status_only = daemonset("gpu-operator", "nvidia-device-plugin-daemonset", "2", ready=5)
+    await ctl.daemonset_event(change(MODIFIED, status_only, first))
+    assert asked == [True]  # a status change (and a new resourceVersion) only
+    new_image = daemonset("gpu-operator", "nvidia-device-plugin-daemonset", "3", image="img:2")
+    await ctl.daemonset_event(change(MODIFIED, new_image, status_only))
+    assert asked == [True, True]
+
+
+async def test_no_configuration_pass_before_pods_and_daemonsets_are_listed() -> None:
+    ctl, _ = controller()
+    started = asyncio.Event()
+
+    async def first_pass() -> None:
+        started.set()
+
+    assert ctl.gpu_pods() is None and ctl.daemonset_objects() is None
+    task = asyncio.create_task(after(ctl.wait_sources(), first_pass()))
+    ctl.pods.synced.set()
+    await asyncio.sleep(0.05)
+    assert not started.is_set()
+    ctl.daemonsets.synced.set()
+    await asyncio.wait_for(task, 5)
+    assert started.is_set()
+    assert ctl.gpu_pods() == [] and ctl.daemonset_objects() == []

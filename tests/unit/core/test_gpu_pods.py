@@ -1,0 +1,175 @@
+"""Which pods the pod index keeps, and what it keeps of them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from vgpu_operator.core.pods import (
+    compact_pod,
+    gpu_pod,
+    gpu_resources,
+    holds_gpu,
+    interned,
+    label_selector,
+    nvidia_plugin_workload,
+    pod_key,
+)
+from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig, load_config
+from vgpu_operator.models.volcano_views import workload_view
+
+DEFAULTS = gpu_resources(OperatorConfig())
+
+
+def pod(
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    init: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": resources}]}
+    if init is not None:
+        spec["initContainers"] = [{"name": "setup", "resources": {"limits": init}}]
+    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        "volcano.sh/vgpu-number",
+        "volcano.sh/vgpu-memory",
+        "volcano.sh/vgpu-memory-percentage",
+        "volcano.sh/vgpu-cores",
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "huawei.com/Ascend910B3",
+        "huawei.com/Ascend310P-memory",
+        "volcano.sh/gpu-memory",
+        "volcano.sh/gpu-number",
+    ],
+)
+def test_every_gpu_resource_family_is_kept(resource: str) -> None:
+    assert holds_gpu(pod({resource: "1"}), DEFAULTS)
+    assert holds_gpu(pod(requests={resource: "2"}), DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {},
+        {"cpu": "2", "memory": "4Gi"},
+        {"nvidia.com/gpu": "0"},
+        {"example.com/fpga": "1"},
+        {"nvidia.com/gpu-like": "1"},  # a prefix of a name is not the name
+        {"huawei.com/npu": "1"},
+    ],
+)
+def test_pods_without_gpu_resources_are_not_kept(limits: dict[str, str]) -> None:
+    assert not holds_gpu(pod(limits), DEFAULTS)
+    assert gpu_pod(DEFAULTS)(pod(limits)) is None
+
+
+def test_an_init_container_with_a_gpu_counts() -> None:
+    assert holds_gpu(pod({"cpu": "1"}, init={"nvidia.com/gpu": "1"}), DEFAULTS)
+
+
+def test_configured_vgpu_names_are_kept_besides_volcanos_own() -> None:
+    cfg = load_config("resourceNames: {count: example.com/vgpu-count, memory: example.com/mem}")
+    names = gpu_resources(cfg)
+    assert holds_gpu(pod({"example.com/vgpu-count": "1"}), names)
+    assert holds_gpu(pod({"example.com/mem": "100"}), names)
+    assert holds_gpu(pod({"volcano.sh/vgpu-number": "1"}), names)  # Volcano >= 1.14.3's
+    assert not holds_gpu(pod({"example.com/vgpu-count": "1"}), DEFAULTS)
+
+
+def test_a_kept_pod_is_compacted_to_what_is_read() -> None:
+    raw = pod({"nvidia.com/gpu": "1"})
+    raw["metadata"].update(
+        uid="u1",
+        resourceVersion="7",
+        labels={"app": "train"},
+        annotations={"volcano.sh/vgpu-mode": "mig"},
+        managedFields=[{"manager": "kubectl"}],
+        ownerReferences=[{"kind": "Job", "name": "j"}],
+    )
+    raw["spec"].update(nodeName="n1", schedulerName="volcano", volumes=[{"name": "v"}])
+    raw["spec"]["containers"][0].update(image="img", env=[{"name": "A", "value": "1"}])
+    raw["status"] = {"phase": "Running", "startTime": "t", "conditions": [{"type": "Ready"}]}
+    kept = gpu_pod(DEFAULTS)(raw)
+    assert kept == compact_pod(raw)
+    assert kept == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "resourceVersion": "7",
+            "labels": {"app": "train"},
+            "annotations": {"volcano.sh/vgpu-mode": "mig"},
+            "ownerReferences": [{"kind": "Job", "name": "j"}],
+        },
+        "spec": {
+            "nodeName": "n1",
+            "schedulerName": "volcano",
+            "containers": [
+                {"name": "main", "image": "img", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+            "initContainers": [],
+        },
+        "status": {"phase": "Running", "startTime": "t"},
+    }
+    assert compact_pod(kept) == kept  # a listing reduced page by page parses the same
+    assert pod_key(kept) == "ns/p"
+
+
+def test_a_workloads_pods_are_listed_by_its_match_labels() -> None:
+    assert label_selector({"name": "volcano-device-plugin"}) == "name=volcano-device-plugin"
+    assert label_selector({"b": "2", "a": "1"}) == "a=1,b=2"
+
+
+def daemonset(labels: dict[str, str], image: str) -> dict[str, Any]:
+    return {
+        "kind": "DaemonSet",
+        "metadata": {"name": "d", "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": image}]},
+            },
+        },
+    }
+
+
+def test_nvidia_device_plugin_daemonsets_are_recognised_by_labels_or_image() -> None:
+    match = NvidiaDevicePluginMatch()
+    by_label = daemonset({"app": "nvidia-device-plugin-daemonset"}, "registry/other:1")
+    by_image = daemonset({"x": "y"}, "nvcr.io/nvidia/k8s-device-plugin:v0.17.0")
+    other = daemonset({"app": "kube-proxy"}, "registry.k8s.io/kube-proxy:v1.35.4")
+    assert nvidia_plugin_workload(workload_view(by_label), match)
+    assert nvidia_plugin_workload(workload_view(by_image), match)
+    assert not nvidia_plugin_workload(workload_view(other), match)
+
+
+def test_kept_pods_share_their_strings() -> None:
+    parse = gpu_pod(DEFAULTS)
+    # decoded separately, as two watch events are: equal strings, distinct objects
+    a = json.loads(json.dumps(pod({"nvidia.com/gpu": "1"})))
+    b = json.loads(json.dumps(pod({"nvidia.com/gpu": "1"})))
+    key_a = next(iter(a["spec"]["containers"][0]["resources"]["limits"]))
+    key_b = next(iter(b["spec"]["containers"][0]["resources"]["limits"]))
+    assert key_a == key_b and key_a is not key_b
+    kept_a, kept_b = parse(a), parse(b)
+    assert kept_a == compact_pod(a) and kept_b == compact_pod(b)
+    [ka] = kept_a["spec"]["containers"][0]["resources"]["limits"]  # type: ignore[index]
+    [kb] = kept_b["spec"]["containers"][0]["resources"]["limits"]  # type: ignore[index]
+    assert ka is kb
+    assert interned({"a": ["x", 1, None]}) == {"a": ["x", 1, None]}
