@@ -51,7 +51,9 @@ class ApiError(ApiException):
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(status=status, reason=reason)
-        self.body = body.encode() if body else None
+        # The decoded text (a metav1.Status as JSON, usually): what callers search for the
+        # field an apiserver refused; the library's own ApiException keeps the raw body.
+        self.body = body  # type: ignore[assignment]
         self.response_headers: dict[str, str] = dict(headers or {})
         self.path = path
         self.message = status_message(body) or reason or f"HTTP {status}"
