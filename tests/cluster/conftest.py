@@ -6,6 +6,7 @@ an existing cluster when VGPU_TEST_KUBECONFIG names its kubeconfig (audit-log te
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -66,6 +67,17 @@ async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
     name = unique("t")
     core = client.CoreV1Api(api)
     await core.create_namespace({"metadata": {"name": name}})
+    # The ServiceAccount admission plugin refuses every pod in a namespace until the
+    # serviceaccount controller has created "default" there; under load that takes seconds.
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            await core.read_namespaced_service_account("default", name)
+            break
+        except ApiException as exc:
+            if exc.status != 404 or asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.1)
     yield name
     try:
         await core.delete_namespace(name)

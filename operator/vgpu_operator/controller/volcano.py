@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
+from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
 from vgpu_operator.controller.snapshot import configmap_refs, read_snapshot
 from vgpu_operator.controller.volcano_writes import (
     WriteBackoff,
@@ -42,7 +43,7 @@ from vgpu_operator.core.findings import (
     finding_key,
     new_finding_events,
 )
-from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef, run_rules
+from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef
 from vgpu_operator.core.rules.snapshot import meta
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
@@ -199,7 +200,7 @@ class VolcanoReconciler:
             snapshot = await self._enforce(snapshot)
         src = snapshot.scheduler_device_config
         self._scheduler_device = (src.namespace, src.name)
-        results = run_rules(snapshot)
+        results = await run_rules(snapshot)
         self.findings = results.findings
         self.passes += 1
         self._report(snapshot, results.findings)

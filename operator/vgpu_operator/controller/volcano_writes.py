@@ -20,6 +20,7 @@ The backoff's clock is the reconciler's `now` (seconds since the epoch).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -254,6 +255,12 @@ def _render(label: str, render: Any, *args: Any, **kwargs: Any) -> Rendered | No
     return rendered if rendered.changed else None
 
 
+async def _render_off_loop(label: str, render: Any, *args: Any, **kwargs: Any) -> Rendered | None:
+    """`_render` in a thread: a large ConfigMap costs its round-trip YAML parse (ruamel, pure
+    Python: about 2 s for 80 KiB) there, while the event loop goes on with node writes."""
+    return await asyncio.to_thread(partial(_render, label, render, *args, **kwargs))
+
+
 async def enforce_configuration(
     api: client.ApiClient,
     s: ClusterSnapshot,
@@ -278,7 +285,7 @@ async def enforce_configuration(
     cm = s.configmap(*ref.ref())
     src = cfg.ascend_vnpu.scheduler_device
     vnpus = vnpus_section(s.configmap(*src.ref()), src.key) if cfg.ascend_vnpu.enabled else None
-    rendered = _render(
+    rendered = await _render_off_loop(
         ref.name,
         render_device_config,
         cm,
@@ -299,7 +306,7 @@ async def enforce_configuration(
         ),
     ):
         cm = s.configmap(*ref.ref())
-        rendered = _render(ref.name, render, cm, released, cfg, stamp)
+        rendered = await _render_off_loop(ref.name, render, cm, released, cfg, stamp)
         if rendered is not None:
             entries = ", ".join(sorted(rendered.changed_entries)) or "ownership"
             await _write_configmap(api, ref, cm, rendered, f"entries {entries}", writes)
@@ -307,7 +314,7 @@ async def enforce_configuration(
     ref = cfg.scheduler.config_map
     cm = s.scheduler_cm
     if cm is not None:
-        rendered = _render(ref.name, render_scheduler_conf, cm, cfg, stamp)
+        rendered = await _render_off_loop(ref.name, render_scheduler_conf, cm, cfg, stamp)
         if rendered is not None:
             await _write_configmap(api, ref, cm, rendered, "deviceshare arguments", writes)
 

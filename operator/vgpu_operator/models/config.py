@@ -263,7 +263,9 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
 
 class MigGeometries(_Model):
     """The `knownMigGeometries` catalog: entries here first, then the built-in defaults (A30,
-    A100 40/80 GB, H100, H200), then entries built from the profiles node agents report."""
+    A100 40/80 GB, H100, H200) and the built-in MIG catalog's other models (`builtins`), then,
+    for a model none of these knows, entries built from the profiles node agents report
+    (`fromInventory`; only reports that pass core.geometry's sanity check)."""
 
     builtins: bool = True
     from_inventory: bool = Field(default=True, alias="fromInventory")

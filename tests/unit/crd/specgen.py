@@ -217,7 +217,7 @@ def spec(draw: st.DrawFn) -> dict[str, Any]:
 
 # Valid DNS subdomain names, 1 to 80 characters (the policy name becomes a label value).
 name = pick(list(range(1, 64)), list(range(64, 81))).map(
-    lambda n: ("p" + "-a" * n)[:n] if n > 1 else "p"
+    lambda n: "p" if n == 1 else ("p" + "-a" * n)[: n - 1] + "z"
 )
 
 

@@ -20,6 +20,13 @@ def test_committed_crd_matches_the_models() -> None:
     )
 
 
+def test_the_charts_copy_matches_the_models() -> None:
+    chart = REPO / "charts" / "vgpu-operator" / "crds" / f"{CRD_NAME}.yaml"
+    assert chart.read_text() == render_crd(CRD_NAME), (
+        f"{chart.relative_to(REPO)} drifted from the models: `make crds` writes both copies"
+    )
+
+
 def test_crds_dir_holds_only_generated_files() -> None:
     generated = {f"{CRD_NAME}.yaml"}
     assert {p.name for p in COMMITTED.parent.glob("*.yaml")} == generated
