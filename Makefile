@@ -11,12 +11,12 @@ PYTEST_ARGS ?=
 
 .PHONY: setup controlplane lint unit cluster-tests test demo crds bench clean check-leftovers
 
-$(STAMP): pyproject.toml
-	@echo "==> creating $(VENV) with $(PYTHON) and installing vgpu-operator[dev]"
+$(STAMP): pyproject.toml devtools/pyproject.toml
+	@echo "==> creating $(VENV) with $(PYTHON) and installing vgpu-operator[dev] and its local-cluster tools (devtools/)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./devtools
 	@touch $@
 
 setup: $(STAMP)
@@ -28,9 +28,9 @@ controlplane: setup
 	else time $(BIN)/vgpu-operator dev-cluster build; fi
 
 lint: setup
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
-	$(BIN)/mypy --strict operator/vgpu_operator
+	$(BIN)/ruff check operator devtools tests bench
+	$(BIN)/ruff format --check operator devtools tests bench
+	$(BIN)/mypy --strict operator/vgpu_operator devtools/vgpu_devcluster
 
 unit: setup
 	$(BIN)/pytest -m "not cluster" -q $(PYTEST_ARGS)

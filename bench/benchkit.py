@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vgpu_devcluster import binaries
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest, is_ready
 from vgpu_operator import kubeapi
-from vgpu_operator.devcluster import binaries
-from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.nodes import NodeSpec, gpu_node_manifest, is_ready
 
 LEASE_SECONDS = 1200
 GRACE = "30m"

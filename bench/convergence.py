@@ -50,13 +50,13 @@ from benchkit import (
     phase,
     run,
 )
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import OPERATOR_USER, install_operator_access
+from vgpu_devcluster.nodes import NodeSpec
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
 from vgpu_operator.core.validate import parse_policy
-from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.install import OPERATOR_USER, install_operator_access
-from vgpu_operator.devcluster.nodes import NodeSpec
 from vgpu_operator.kubeapi.credentials import Credentials
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

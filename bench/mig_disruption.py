@@ -1,6 +1,6 @@
 """How much does a MIG change disrupt an 8-GPU node: our agent versus mig-parted.
 
-Both sides run against the same fake nvidia-smi (vgpu_operator.devcluster.fakesmi) on identical
+Both sides run against the same fake nvidia-smi (vgpu_devcluster.fakesmi) on identical
 8 x A100-SXM4-80GB nodes, and both are counted from the fake's call log: GPU resets, GPU and
 compute instances destroyed. Both sides must end with the same instances on every GPU. Nothing
 else holds the GPUs here, so nvidia-smi switches a GPU's MIG mode at once by resetting that GPU
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import reconcile_gpus
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
 from vgpu_operator.core.mig_catalog import MIG_MODELS
-from vgpu_operator.devcluster import fakesmi_state as fs
 from vgpu_operator.models.node import NodeConfig
 
 MODEL = "A100-SXM4-80GB"

@@ -44,10 +44,10 @@ from benchkit import (
     run,
 )
 from convergence import HEADER, Convergence, OperatorProcess, convergence, node_deadline, row
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import install_operator_access
+from vgpu_devcluster.nodes import NodeSpec
 from vgpu_operator import kubeapi
-from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.install import install_operator_access
-from vgpu_operator.devcluster.nodes import NodeSpec
 from vgpu_operator.kubeapi.credentials import Credentials
 
 NAMESPACE = "bench-pods"

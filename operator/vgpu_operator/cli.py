@@ -17,14 +17,14 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _state_file() -> Path:
-    from vgpu_operator.devcluster import binaries
+    from vgpu_devcluster import binaries
 
     return binaries.cache_root() / "dev-cluster.json"
 
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
-    from vgpu_operator.devcluster import binaries
-    from vgpu_operator.devcluster.cluster import LocalCluster, stop_pids
+    from vgpu_devcluster import binaries
+    from vgpu_devcluster.cluster import LocalCluster, stop_pids
 
     state = _state_file()
     if args.action == "build":
@@ -77,7 +77,7 @@ def cmd_crds(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     import asyncio
 
-    from vgpu_operator.devcluster.demo import run_demo
+    from vgpu_devcluster.demo import run_demo
 
     return asyncio.run(run_demo(once=args.once))
 
@@ -209,6 +209,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        # `demo` and `dev-cluster` need the local-cluster tools (devtools/ in the repository),
+        # which the image's wheel leaves out on purpose.
+        if not (exc.name or "").startswith("vgpu_devcluster"):
+            raise
+        print(
+            f"'{args.command}' needs the local-cluster tools, which this installation does not "
+            "have: run it from a checkout of the repository after 'make setup'",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

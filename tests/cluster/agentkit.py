@@ -15,15 +15,15 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import NodeFactory
-from vgpu_operator import contract
-from vgpu_operator.devcluster.agentproc import (
+from vgpu_devcluster.agentproc import (
     AgentProcess,
     FakeGpus,
     fake_model,
     stop_all,
     wait_group_gone,
 )
-from vgpu_operator.devcluster.install import install_agent_access
+from vgpu_devcluster.install import install_agent_access
+from vgpu_operator import contract
 from vgpu_operator.kubeapi import MERGE_PATCH, node_path, request
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig

@@ -1,6 +1,6 @@
 """Fixtures for tests against a real API server.
 
-One control plane per test session (`cluster`), built and cached by vgpu_operator.devcluster; or
+One control plane per test session (`cluster`), built and cached by vgpu_devcluster; or
 an existing cluster when VGPU_TEST_KUBECONFIG names its kubeconfig (audit-log tests then skip).
 """
 
@@ -24,12 +24,12 @@ from tests.cluster.helpers import (
     ServiceAccountClient,
     unique,
 )
+from vgpu_devcluster.cluster import LocalCluster, write_kubeconfig
+from vgpu_devcluster.install import install_operator_access
+from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator import contract
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster.cluster import LocalCluster, write_kubeconfig
-from vgpu_operator.devcluster.install import install_operator_access
-from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator.kubeapi import NotFound, policy_path, request
 from vgpu_operator.kubeapi.credentials import Credentials
 

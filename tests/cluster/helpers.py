@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from vgpu_operator.devcluster.cluster import LocalCluster
+from vgpu_devcluster.cluster import LocalCluster
 from vgpu_operator.kubeapi import MERGE_PATCH, policy_path, request
 
 

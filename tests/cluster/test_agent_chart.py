@@ -10,7 +10,7 @@ from kubernetes_asyncio import client
 
 from tests.cluster.agentkit import agent_kubeconfig_path
 from tests.cluster.helpers import NodeFactory, eventually, unique
-from vgpu_operator.devcluster.install import OPERATOR_NAMESPACE, apply, render_chart
+from vgpu_devcluster.install import OPERATOR_NAMESPACE, apply, render_chart
 from vgpu_operator.kubeapi import NotFound, request
 
 __all__ = ["agent_kubeconfig_path"]  # fixture: the agent ServiceAccount the pods run under

@@ -24,10 +24,10 @@ from tests.cluster.agentkit import (
 )
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
 from tests.cluster.test_policy_nodes import relabel
+from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.install import AGENT_USER
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster import fakesmi_state as fs
-from vgpu_operator.devcluster.install import AGENT_USER
 from vgpu_operator.kubeapi import MERGE_PATCH, policy_path, request
 from vgpu_operator.models.node import NodeConfig
 

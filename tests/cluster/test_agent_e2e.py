@@ -27,8 +27,8 @@ from tests.cluster.agentkit import (
     wait_event,
     wait_state,
 )
-from vgpu_operator.devcluster import fakesmi_state as fs
-from vgpu_operator.devcluster.agentproc import wait_group_gone
+from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.agentproc import wait_group_gone
 from vgpu_operator.models.node import NodeConfig
 
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures

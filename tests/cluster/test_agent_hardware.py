@@ -26,8 +26,8 @@ from tests.cluster.agentkit import (
     wait_event,
     wait_state,
 )
-from vgpu_operator.devcluster import fakesmi_state as fs
-from vgpu_operator.devcluster.install import render_chart
+from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.install import render_chart
 from vgpu_operator.kubeapi import MERGE_PATCH, node_path, request
 from vgpu_operator.models.node import GPU_OPERATOR_MIG_CONFIG_LABEL, GPU_OPERATOR_MIG_MANAGER_LABEL
 

@@ -24,10 +24,10 @@ from tests.cluster.agentkit import (
     wait_applied,
 )
 from tests.cluster.helpers import NodeFactory, eventually
+from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.agentproc import wait_group_gone
 from vgpu_operator import contract
 from vgpu_operator.agent.nodeapi import KubeNodeApi
-from vgpu_operator.devcluster import fakesmi_state as fs
-from vgpu_operator.devcluster.agentproc import wait_group_gone
 from vgpu_operator.kubeapi import (
     MERGE_PATCH,
     ApiException,

@@ -28,9 +28,9 @@ from tests.cluster.helpers import (
     patch_spec,
     unique,
 )
+from vgpu_devcluster.install import AGENT_USER, OPERATOR_USER
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster.install import AGENT_USER, OPERATOR_USER
 from vgpu_operator.kubeapi import node_path, request
 
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures

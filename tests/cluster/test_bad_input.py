@@ -37,12 +37,12 @@ from tests.cluster.volcano_env import (
 from tests.cluster.volcano_ops import OperatorFactory, run_doctor, volcano_operator
 from tests.unit.crd import specgen
 from tests.unit.volcano import hostile
+from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import configmap_path
 from vgpu_operator.core.validate import parse_policy
-from vgpu_operator.devcluster.install import OPERATOR_USER
 from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig

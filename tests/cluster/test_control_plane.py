@@ -22,7 +22,7 @@ from tests.cluster.helpers import (
     eventually,
     unique,
 )
-from vgpu_operator.devcluster.cluster import LocalCluster, pid_alive
+from vgpu_devcluster.cluster import LocalCluster, pid_alive
 
 
 async def test_crd_schema_violation_is_rejected_with_422_naming_the_field(

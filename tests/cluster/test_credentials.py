@@ -43,10 +43,10 @@ from tests.cluster.helpers import (
     patch_spec,
     unique,
 )
+from vgpu_devcluster import binaries, kubeconfigs
+from vgpu_devcluster.agentproc import AgentProcess, FakeGpus, fake_model
+from vgpu_devcluster.cluster import LocalCluster
 from vgpu_operator import contract
-from vgpu_operator.devcluster import binaries, kubeconfigs
-from vgpu_operator.devcluster.agentproc import AgentProcess, FakeGpus, fake_model
-from vgpu_operator.devcluster.cluster import LocalCluster
 from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
 from vgpu_operator.kubeapi.credentials import ENV_SA_DIR, Credentials
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from vgpu_operator.devcluster.demo import DEMO_NODES
+from vgpu_devcluster.demo import DEMO_NODES
 
 
 def test_demo_configures_every_gpu_node_and_cleans_up() -> None:

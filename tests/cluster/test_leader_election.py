@@ -11,14 +11,14 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import unique
-from vgpu_operator import kubeapi
-from vgpu_operator.controller.leader import LeaderElectionConfig, LeaderElector
-from vgpu_operator.devcluster.install import (
+from vgpu_devcluster.install import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
     apply,
     render_chart,
 )
+from vgpu_operator import kubeapi
+from vgpu_operator.controller.leader import LeaderElectionConfig, LeaderElector
 from vgpu_operator.kubeapi.credentials import Credentials
 
 LEASE = 3.0

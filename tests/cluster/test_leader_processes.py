@@ -43,15 +43,15 @@ from tests.cluster.helpers import (
     patch_spec,
     unique,
 )
-from vgpu_operator import contract
-from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.install import (
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
     apply,
     object_path,
     render_chart,
 )
+from vgpu_operator import contract
 from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
 from vgpu_operator.kubeapi.credentials import Credentials
 

@@ -16,11 +16,11 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
 from tests.unit.crd.invalid_specs import INVALID_SPECS, InvalidSpec
+from vgpu_devcluster import binaries
+from vgpu_devcluster.install import OPERATOR_USER
+from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster import binaries
-from vgpu_operator.devcluster.install import OPERATOR_USER
-from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
 
 BY_APISERVER = [s for s in INVALID_SPECS if s.by_apiserver]

@@ -19,11 +19,11 @@ from kubernetes_asyncio import client
 from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
 from tests.cluster.volcano_env import SCHED_CM, SCHED_NS, VolcanoEnv, pod, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
+from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import configmap_path
 from vgpu_operator.core.unschedulable import REASONS
-from vgpu_operator.devcluster.install import OPERATOR_USER
 
 __all__ = ["volcano_env", "volcano_operator"]
 

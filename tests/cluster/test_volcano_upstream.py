@@ -37,13 +37,13 @@ from tests.cluster.volcano_ops import (
     run_doctor,
     volcano_operator,
 )
+from vgpu_devcluster import upstream
+from vgpu_devcluster.binaries import repo_root
+from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import configmap_path, read_snapshot, workload_path
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.rules.placement import placement_patch_text, placements
-from vgpu_operator.devcluster import upstream
-from vgpu_operator.devcluster.binaries import repo_root
-from vgpu_operator.devcluster.pluginsim import PluginSimulator
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 from vgpu_operator.models.volcano_views import parse_scheduler_conf

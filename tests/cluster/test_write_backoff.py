@@ -39,9 +39,9 @@ from kubernetes_asyncio import client
 
 from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
 from tests.cluster.test_policy_nodes import configured_by, hami_policy, wait_nodes
+from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster.install import OPERATOR_USER
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 REFUSE_LABEL = "test.vgpu.volcano.sh/refuse"

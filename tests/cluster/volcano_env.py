@@ -23,6 +23,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import NodeFactory, eventually, unique
+from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import (
     configmap_path,
@@ -33,7 +34,6 @@ from vgpu_operator.core.render import render_device_config, render_node_config
 from vgpu_operator.core.rules import ClusterSnapshot, Finding, run_rules
 from vgpu_operator.core.rules.placement import reaches
 from vgpu_operator.core.status import timestamp
-from vgpu_operator.devcluster.pluginsim import PluginSimulator
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig, Owned
 from vgpu_operator.models.policy import Taint

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
-from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.install import OPERATOR_USER
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig, load_config
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.smi import NvidiaSmi
-from vgpu_operator.devcluster import fakesmi_state as fs
 
 SAMPLES = Path(__file__).parent / "samples"
 REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "reference" / "mig-anchors.md"

@@ -17,9 +17,9 @@ import pytest
 
 from tests.unit.agent.agentkit import FakeNode
 from tests.unit.mig.migkit import config, dynamic, static
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, observe, reconcile_gpus
 from vgpu_operator.agent.smi import NvidiaSmi
-from vgpu_operator.devcluster import fakesmi_state as fs
 from vgpu_operator.models.node import NodeConfig
 
 Make = Callable[..., FakeNode]

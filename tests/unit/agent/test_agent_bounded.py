@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from tests.unit.agent.agentkit import FakeNode
 from tests.unit.mig.migkit import static
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, reconcile_gpus
 from vgpu_operator.agent.smi import NvidiaSmi
-from vgpu_operator.devcluster import fakesmi_state as fs
 
 Make = Callable[..., FakeNode]
 LAYOUT = static({"profiles": {"3g.40gb": 2}})

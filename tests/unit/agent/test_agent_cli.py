@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from vgpu_devcluster.agentproc import AgentProcess, FakeGpus, fake_model
+from vgpu_devcluster.demo import node_table
+from vgpu_devcluster.nodes import GPU_MODELS
 from vgpu_operator import cli
 from vgpu_operator.agent.cli import add_subcommand, cmd_agent
 from vgpu_operator.core.mig_catalog import GPU_MODELS as CATALOG
-from vgpu_operator.devcluster.agentproc import AgentProcess, FakeGpus, fake_model
-from vgpu_operator.devcluster.demo import node_table
-from vgpu_operator.devcluster.nodes import GPU_MODELS
 
 
 def parse(*argv: str) -> argparse.Namespace:

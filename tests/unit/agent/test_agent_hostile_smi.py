@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.agent.memapi import MemoryNodeApi
+from vgpu_devcluster import fakesmi
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator import contract
 from vgpu_operator.agent.loop import Agent
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError, SmiResult, classify
-from vgpu_operator.devcluster import fakesmi
-from vgpu_operator.devcluster import fakesmi_state as fs
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 

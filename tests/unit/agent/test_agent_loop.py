@@ -11,9 +11,9 @@ from contextlib import asynccontextmanager
 from tests.unit.agent.agentkit import FakeNode
 from tests.unit.agent.memapi import MemoryNodeApi
 from tests.unit.mig.migkit import dynamic, static
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator import contract
 from vgpu_operator.agent.loop import Agent, AgentOptions
-from vgpu_operator.devcluster import fakesmi_state as fs
 from vgpu_operator.models.inventory import Inventory
 
 Make = Callable[..., FakeNode]

@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 from tests.unit.agent.agentkit import FakeNode, transcript
 from tests.unit.mig.migkit import gpu, node, static
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, reconcile_gpus
 from vgpu_operator.agent.parse import SmiErrorKind, classify, parse_lcip, parse_lgip
 from vgpu_operator.agent.parse_actions import parse_created, parse_list, parse_reset
 from vgpu_operator.core.mig import StepKind, plan_node
 from vgpu_operator.core.mig_verify import verify
-from vgpu_operator.devcluster import fakesmi_state as fs
 from vgpu_operator.models.inventory import ComputeInstance, GpuInstance
 
 Make = Callable[..., FakeNode]

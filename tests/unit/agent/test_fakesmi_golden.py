@@ -17,7 +17,7 @@ import pytest
 
 from tests.unit.agent.agentkit import FakeNode, make_node, sample
 from tests.unit.agent.test_agent_parse import INLINE
-from vgpu_operator.devcluster import fakesmi_state as fs
+from vgpu_devcluster import fakesmi_state as fs
 
 
 def smi(node: FakeNode, *args: str) -> tuple[str, int]:

@@ -25,9 +25,9 @@ import pytest
 
 from tests.unit.agent.agentkit import make_node, transcript
 from tests.unit.agent.test_fakesmi_state_machine import Fake, fake
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.parse import parse_compute_apps
 from vgpu_operator.agent.parse_actions import parse_created, parse_list
-from vgpu_operator.devcluster import fakesmi_state as fs
 
 __all__ = ["fake"]  # fixture
 

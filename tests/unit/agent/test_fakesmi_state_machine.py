@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from vgpu_devcluster import fakesmi
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.parse import (
     QUERY_GPU_FIELDS,
     parse_compute_apps,
@@ -18,8 +20,6 @@ from vgpu_operator.agent.parse import (
     parse_lgi,
     parse_lgip,
 )
-from vgpu_operator.devcluster import fakesmi
-from vgpu_operator.devcluster import fakesmi_state as fs
 
 
 class Fake:
@@ -213,7 +213,7 @@ def test_module_is_executable(tmp_path: Path) -> None:
     fs.init_state(state, "H200", 1)
     env = {**os.environ, fs.ENV_STATE: str(state)}
     proc = subprocess.run(
-        [sys.executable, "-m", "vgpu_operator.devcluster.fakesmi", "-L"],
+        [sys.executable, "-m", "vgpu_devcluster.fakesmi", "-L"],
         capture_output=True,
         text=True,
         env=env,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from vgpu_devcluster import binaries
+from vgpu_devcluster.nodes import GPU_MODELS, NodeSpec, gpu_node_manifest, is_ready
 from vgpu_operator import __version__, contract
-from vgpu_operator.devcluster import binaries
-from vgpu_operator.devcluster.nodes import GPU_MODELS, NodeSpec, gpu_node_manifest, is_ready
 
 
 def test_gpu_node_carries_gfd_labels_and_capacity() -> None:

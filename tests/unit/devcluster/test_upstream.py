@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_operator.devcluster import upstream
+from vgpu_devcluster import upstream
 
 
 @pytest.mark.parametrize("name", sorted(upstream.FILES))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from vgpu_operator.devcluster import certs, kubeconfigs
+from vgpu_devcluster import certs, kubeconfigs
 from vgpu_operator.kubeapi.credentials import (
     ENV_SA_DIR,
     EXEC_EARLY,

@@ -4,7 +4,7 @@ exactly the built-in defaults, overrides reach the file, and the controller gets
 
 from __future__ import annotations
 
-from vgpu_operator.devcluster.install import render_chart
+from vgpu_devcluster.install import render_chart
 from vgpu_operator.models.config import OperatorConfig, load_config
 
 

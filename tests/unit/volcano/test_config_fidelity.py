@@ -26,6 +26,8 @@ from tests.unit.volcano.volcano_fixtures import (
     replace,
     text,
 )
+from vgpu_devcluster import upstream
+from vgpu_devcluster.fakeplugin import simulate_registration
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.volcano_writes import enforce_configuration
 from vgpu_operator.core.geometry import ReportedGpuModel, ReportedProfile, build_known_geometries
@@ -34,8 +36,6 @@ from vgpu_operator.core.render.plugin_args import desired_flags
 from vgpu_operator.core.restarts import RestartSettings, daemonset_key, rollout_due
 from vgpu_operator.core.rules import ClusterSnapshot, run_rules
 from vgpu_operator.core.rules.placement import placements, plan_placement
-from vgpu_operator.devcluster import upstream
-from vgpu_operator.devcluster.fakeplugin import simulate_registration
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import HamiCoreSpec, MigLayout, MigSpec

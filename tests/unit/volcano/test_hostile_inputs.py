@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.unit.core.nodekit import EVERY_NODE, policy
 from tests.unit.volcano import hostile
 from tests.unit.volcano.volcano_fixtures import healthy
+from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest
 from vgpu_operator import contract
 from vgpu_operator.controller.volcano_writes import released_configs, restart_inputs
 from vgpu_operator.core import restarts as planner
@@ -35,7 +36,6 @@ from vgpu_operator.core.render import (
 from vgpu_operator.core.render.common import RoundTrip
 from vgpu_operator.core.rules import ClusterSnapshot, run_rules
 from vgpu_operator.core.validate import invalid_writes, parse_policy
-from vgpu_operator.devcluster.nodes import NodeSpec, gpu_node_manifest
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import (
     PayloadError,

@@ -12,10 +12,10 @@ from tests.unit.volcano.volcano_fixtures import (
     seed002,
     text,
 )
+from vgpu_devcluster.fakeplugin import node_gpus, simulate_registration
 from vgpu_operator.core.render import ArgsPatch, render_plugin_args
 from vgpu_operator.core.report import exit_code, format_json, format_table, rows
 from vgpu_operator.core.rules import RULES, run_rules
-from vgpu_operator.devcluster.fakeplugin import node_gpus, simulate_registration
 from vgpu_operator.models.config import OperatorConfig, load_config
 from vgpu_operator.models.volcano import HANDSHAKE_ANNOTATION, REGISTER_ANNOTATION, parse_register
 from vgpu_operator.models.volcano_views import Version

@@ -323,17 +323,23 @@ def write_wrapper(directory: str | os.PathLike[str], name: str = "nvidia-smi") -
     """Write an executable `nvidia-smi` into `directory` that runs this fake with the current
     interpreter, so the agent starts it as a subprocess exactly like the real binary.
 
-    The script is `python -m vgpu_operator.devcluster.fakesmi "$@"` in effect, made quick: it
-    skips the package's `__init__` (its importlib.metadata lookup costs more than the fake's whole
+    The script is `python -m vgpu_devcluster.fakesmi "$@"` in effect, made quick: it
+    skips the packages' `__init__` (its importlib.metadata lookup costs more than the fake's whole
     run) and keeps compiled bytecode in a cache under the temp directory.
     """
-    package = Path(__file__).resolve().parents[1]
+    import vgpu_operator
+
+    # Both packages by path: `-S` skips site-packages, where the editable installs' finders are.
+    packages = {
+        "vgpu_operator": os.fspath(Path(vgpu_operator.__file__).resolve().parent),
+        "vgpu_devcluster": os.fspath(Path(__file__).resolve().parent),
+    }
     boot = (
         "import sys, types; "
-        "p = types.ModuleType('vgpu_operator'); "
-        f"p.__path__ = [{os.fspath(package)!r}]; "
-        "sys.modules['vgpu_operator'] = p; "
-        "from vgpu_operator.devcluster.fakesmi import main; "
+        f"paths = {packages!r}; "
+        "[sys.modules.__setitem__(n, types.ModuleType(n)) for n in paths]; "
+        "[setattr(sys.modules[n], '__path__', [p]) for n, p in paths.items()]; "
+        "from vgpu_devcluster.fakesmi import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     import tempfile

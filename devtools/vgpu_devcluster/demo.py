@@ -20,18 +20,18 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import config
 
-from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.devcluster import binaries
-from vgpu_operator.devcluster.agentproc import (
+from vgpu_devcluster import binaries
+from vgpu_devcluster.agentproc import (
     AgentProcess,
     FakeGpus,
     fake_model,
     stop_all,
 )
-from vgpu_operator.devcluster.cluster import LocalCluster
-from vgpu_operator.devcluster.install import apply, install_agent_access, install_operator_access
-from vgpu_operator.devcluster.nodes import NodeSpec, create_gpu_nodes
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import apply, install_agent_access, install_operator_access
+from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
+from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.runner import OperatorThread
 
 DEMO_NODES: tuple[NodeSpec, ...] = (
     *(NodeSpec(f"rtx4090-{i}", "RTX-4090", 4) for i in range(3)),

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.nodes import GPU_MODELS
 from vgpu_operator.core.mig_catalog import model_for_name
-from vgpu_operator.devcluster import fakesmi_state as fs
-from vgpu_operator.devcluster.nodes import GPU_MODELS
 
 
 def fake_model(node_model: str) -> str:

@@ -32,8 +32,8 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
+from vgpu_devcluster.install import apply, object_path
 from vgpu_operator import kubeapi
-from vgpu_operator.devcluster.install import apply, object_path
 
 DATA = Path(__file__).resolve().parent / "data" / "upstream"
 

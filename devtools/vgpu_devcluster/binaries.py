@@ -87,7 +87,7 @@ def cache_root() -> Path:
 
 def repo_root() -> Path:
     """The source checkout this package runs from (the wrapper Go module lives there)."""
-    return Path(__file__).resolve().parents[3]
+    return Path(__file__).resolve().parents[2]
 
 
 def wrapper_module_dir() -> Path:

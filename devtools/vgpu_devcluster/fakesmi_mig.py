@@ -16,8 +16,7 @@ Behaviour (mig-anchors.md §3.3-§3.7) and the conservative choices where the re
 
 from __future__ import annotations
 
-from vgpu_operator.core.mig_catalog import MigProfile, gi_heap_id
-from vgpu_operator.devcluster.fakesmi_render import (
+from vgpu_devcluster.fakesmi_render import (
     ci_name,
     ci_profiles,
     driver_major,
@@ -31,7 +30,8 @@ from vgpu_operator.devcluster.fakesmi_render import (
     render_lgipp,
     used_slices,
 )
-from vgpu_operator.devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
+from vgpu_devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
+from vgpu_operator.core.mig_catalog import MigProfile, gi_heap_id
 
 RC_NOT_FOUND = 6
 RC_INSUFFICIENT = 23  # harvester/harvester#11636 (ref §4.7): "nvidia-smi exit code 23"

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_operator.devcluster import binaries, certs
-from vgpu_operator.devcluster.kubeconfigs import write_kubeconfig as write_kubeconfig
+from vgpu_devcluster import binaries, certs
+from vgpu_devcluster.kubeconfigs import write_kubeconfig as write_kubeconfig
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1

@@ -1,6 +1,6 @@
 """A fake `nvidia-smi`: a hardware double for the node agent's tests.
 
-Run as `python -m vgpu_operator.devcluster.fakesmi ARGS...` (fakesmi_state.write_wrapper puts an
+Run as `python -m vgpu_devcluster.fakesmi ARGS...` (fakesmi_state.write_wrapper puts an
 executable `nvidia-smi` script into a directory), with the simulated GPUs of one node in the JSON
 file named by `FAKE_NVIDIA_SMI_STATE` (fakesmi_state.init_state creates it). Output follows
 mig-anchors.md §3 character for character (tested against the samples); profiles, IDs, memory
@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from vgpu_operator.devcluster.fakesmi_mig import (
+from vgpu_devcluster.fakesmi_mig import (
     IN_USE,
     RC_INSUFFICIENT,
     RC_NOT_FOUND,
@@ -48,8 +48,8 @@ from vgpu_operator.devcluster.fakesmi_mig import (
     Result,
     run_mig,
 )
-from vgpu_operator.devcluster.fakesmi_render import model_of, render_list
-from vgpu_operator.devcluster.fakesmi_state import (
+from vgpu_devcluster.fakesmi_render import model_of, render_list
+from vgpu_devcluster.fakesmi_state import (
     ENV_PID_NAMESPACE,
     ENV_STATE,
     FailureKind,

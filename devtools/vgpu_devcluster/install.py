@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
+from vgpu_devcluster import binaries
+from vgpu_devcluster.cluster import write_kubeconfig
 from vgpu_operator import kubeapi
-from vgpu_operator.devcluster import binaries
-from vgpu_operator.devcluster.cluster import write_kubeconfig
 from vgpu_operator.kubeapi.credentials import Credentials
 
 OPERATOR_NAMESPACE = "vgpu-system"

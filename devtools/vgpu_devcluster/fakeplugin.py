@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_devcluster.nodes import GPU_MODELS
 from vgpu_operator import contract
 from vgpu_operator.core import mig_catalog
-from vgpu_operator.devcluster.nodes import GPU_MODELS
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.volcano import (
     HANDSHAKE_ANNOTATION,

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from vgpu_devcluster.fakeplugin import PluginRegistration, simulate_registration
 from vgpu_operator import kubeapi
 from vgpu_operator.core.render.plugin_args import PLUGIN_IMAGE_HINT
-from vgpu_operator.devcluster.fakeplugin import PluginRegistration, simulate_registration
 from vgpu_operator.models.volcano import DEFAULT_DEVICE_CONFIG_NAME, PLUGIN_CM_NAMESPACES
 from vgpu_operator.models.volcano_views import WorkloadView, workload_view
 
