@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup controlplane lint unit cluster-tests test demo crds bench clean check-leftovers
+.PHONY: setup controlplane lint unit cluster-tests test demo crds bench clean check-leftovers image
 
 $(STAMP): pyproject.toml devtools/pyproject.toml
 	@echo "==> creating $(VENV) with $(PYTHON) and installing vgpu-operator[dev] and its local-cluster tools (devtools/)"
@@ -56,6 +56,17 @@ crds: setup
 
 bench: setup controlplane
 	$(BIN)/python bench/convergence.py
+
+# The container image (Dockerfile), on machines with docker or podman; none is needed, or
+# present, for anything else here (the tests check the Dockerfile's contract instead).
+# PYTHON_IMAGE=<base>@sha256:... pins the base image by digest.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= ghcr.io/vgpu-operator/vgpu-operator:$(VERSION)
+CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
+image:
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
+	  echo "make image needs a container engine (docker or podman); none found"; exit 1; fi
+	$(CONTAINER_ENGINE) build -t $(IMAGE) $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

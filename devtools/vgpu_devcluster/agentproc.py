@@ -90,6 +90,8 @@ class AgentProcess:
     # The chart's `hostPID` (agent-daemonset.yaml): False runs the agent in a PID namespace of
     # its own, which the fake nvidia-smi models (fakesmi_state: processes of other namespaces).
     host_pid: bool = True
+    # `--metrics-port` (the chart's monitoring.agent): 0 serves no metrics
+    metrics_port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def argv(self) -> list[str]:
@@ -97,6 +99,8 @@ class AgentProcess:
         args += ["--kubeconfig", str(self.kubeconfig), "--nvidia-smi", str(self.gpus.binary)]
         args += [f"--resync={self.resync:g}", f"--retry={self.retry:g}"]
         args += [f"--timeout={self.timeout:g}"]
+        if self.metrics_port:
+            args.append(f"--metrics-port={self.metrics_port}")
         return [*args, "--once"] if self.once else args
 
     def start(self) -> AgentProcess:

@@ -46,8 +46,27 @@ rules:
     resources: ["pods"]
   - group: "apps"
     resources: ["daemonsets"]
+# Every read of the ServiceAccounts in the operator's namespace (the controller's, the agent's):
+# the RBAC test checks each call they made against the chart's roles. `audit_events` leaves
+# these out unless asked (`reads=True`), so the other tests see writes as before.
+- level: Metadata
+  verbs: ["get", "list", "watch"]
+  userGroups: ["system:serviceaccounts:vgpu-system"]
 - level: None
 """
+
+
+def _logged_by_default(event: dict[str, Any]) -> bool:
+    """Is this an event the policy logs for everyone (writes; lists of pods and DaemonSets)?"""
+    verb = event.get("verb")
+    if verb not in ("get", "list", "watch"):
+        return True
+    ref = event.get("objectRef") or {}
+    return verb == "list" and (ref.get("apiGroup", ""), ref.get("resource")) in (
+        ("", "pods"),
+        ("apps", "daemonsets"),
+    )
+
 
 # One identity per component: the audit log can then attribute every write.
 IDENTITIES: dict[str, tuple[str, str]] = {
@@ -58,6 +77,8 @@ IDENTITIES: dict[str, tuple[str, str]] = {
     "scheduler": ("system:kube-scheduler", "system:masters"),
 }
 
+# kwok stages beyond the fast ones: a pod completing after the delay its annotation sets.
+DELAYED_POD_STAGES = Path(__file__).parent / "data" / "kwok-stages-delayed.yaml"
 STOP_ORDER = ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 STOP_GRACE = {"kube-apiserver": 20.0, "etcd": 10.0}
 
@@ -279,6 +300,7 @@ class LocalCluster:
                     str(bins["kwok"]),
                     f"--kubeconfig={self.kubeconfig_for('kwok')}",
                     f"--config={binaries.kwok_stages()}",
+                    f"--config={DELAYED_POD_STAGES}",
                     "--manage-all-nodes=false",
                     "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                     "--node-lease-duration-seconds=40",
@@ -345,14 +367,19 @@ class LocalCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- audit log --------------------------------------------------------------------------
-    def audit_events(self, *, user: str | None = None, offset: int = 0) -> list[dict[str, Any]]:
-        """Audit events (writes only, per the policy) after byte `offset`, optionally by user."""
+    def audit_events(
+        self, *, user: str | None = None, offset: int = 0, reads: bool = False
+    ) -> list[dict[str, Any]]:
+        """Audit events after byte `offset`, optionally by user: writes and lists of pods and
+        DaemonSets; with `reads`, also the reads logged for the operator's ServiceAccounts."""
         if not self.audit_log.exists():
             return []
         with self.audit_log.open("rb") as f:
             f.seek(offset)
             data = f.read()
         events = [json.loads(line) for line in data.splitlines() if line.strip()]
+        if not reads:
+            events = [e for e in events if _logged_by_default(e)]
         if user is not None:
             events = [e for e in events if e.get("user", {}).get("username") == user]
         return events

@@ -1,37 +1,56 @@
-"""`vgpu-operator demo`: the operator on a real local apiserver with simulated GPU nodes.
+"""`vgpu-operator demo`: the operator on a real local apiserver with simulated GPU nodes, next to
+what a real cluster has: Volcano's scheduler and HAMi's vGPU device plugin, installed from their
+own release manifests, unmodified (`upstream.install`).
 
 Starts the control plane, creates GPU nodes of several models and one CPU node, installs the
-CRDs and the chart's RBAC, runs the operator under its ServiceAccount and one node agent per GPU
-node (a subprocess under the agent's ServiceAccount, with a fake nvidia-smi of the node's model),
-applies the example policies and prints the nodes as the operator and the agents left them; then
-keeps printing changes so a person can edit a policy (`kubectl edit vnp ...`) and watch the nodes
-follow. Ctrl-C tears it all down, agents included.
+CRDs and the chart's RBAC, Volcano v1.15.1's scheduler and HAMi's volcano-vgpu-device-plugin
+v1.12.0 (its DaemonSet's pods run on the kwok nodes; `pluginsim` plays the process inside each
+one, registering the node's GPUs from the node-config the plugin mounts, as the real plugin
+does at start), runs the operator under its ServiceAccount with the demo's configuration
+(`examples/demo/operator-config/config.yaml`: gpuMemoryFactor for 8 x 80 GB nodes) and one
+node agent per GPU node (a subprocess under the agent's ServiceAccount, with a fake nvidia-smi
+of the node's model), applies the example policies and waits until the operator has rendered
+the configuration, placed the plugin, restarted what must re-read it, and every rule is clean.
+The controller and each agent serve their Prometheus metrics on a local port (as `run
+--metrics-port` and `agent --metrics-port` do). Then it prints the pools and the nodes (with
+what the plugin registered on each) and where to `curl` the metrics, and keeps printing
+changes so a person can edit a policy or break something and watch it being put right.
+Ctrl-C tears it all down, agents included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes_asyncio import config
+from kubernetes_asyncio import config as kubeconfig_loader
+from prometheus_client import start_http_server
 
-from vgpu_devcluster import binaries
+from vgpu_devcluster import binaries, upstream
 from vgpu_devcluster.agentproc import (
     AgentProcess,
     FakeGpus,
     fake_model,
     stop_all,
 )
-from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.cluster import LocalCluster, free_port
 from vgpu_devcluster.install import apply, install_agent_access, install_operator_access
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
+from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
+from vgpu_operator.controller.snapshot import read_snapshot
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.kubectl_plugin import POOL_COLUMNS, pool_rows, registered, table
+from vgpu_operator.models.config import OperatorConfig, load_config
 
 DEMO_NODES: tuple[NodeSpec, ...] = (
     *(NodeSpec(f"rtx4090-{i}", "RTX-4090", 4) for i in range(3)),
@@ -41,6 +60,8 @@ DEMO_NODES: tuple[NodeSpec, ...] = (
 )
 
 Out = Callable[[str], None]
+# HAMi's vGPU device plugin as its manifest installs it
+PLUGIN_NAMESPACE, PLUGIN_NAME = "kube-system", "volcano-device-plugin"
 
 
 def examples_dir() -> Path:
@@ -61,7 +82,9 @@ def _operator_labels(obj: dict[str, Any]) -> list[str]:
 
 
 def node_table(nodes: list[dict[str, Any]]) -> str:
-    rows = [("NODE", "GPU", "POLICY", "MODE", "LABELS SET", "TAINTS", "CONFIG", "STATE")]
+    rows = [
+        ("NODE", "GPU", "POLICY", "MODE", "LABELS-SET", "TAINTS", "CONFIG", "REGISTERED", "STATE")
+    ]
     for obj in sorted(nodes, key=lambda o: o["metadata"]["name"]):
         meta = obj["metadata"]
         labels = meta.get("labels") or {}
@@ -84,6 +107,7 @@ def node_table(nodes: list[dict[str, Any]]) -> str:
                 ",".join(_operator_labels(obj)) or "-",
                 ",".join(taints) or "-",
                 cfg,
+                registered(obj),
                 labels.get(contract.LABEL_STATE, "-"),
             )
         )
@@ -96,51 +120,129 @@ async def _nodes(api: Any) -> list[dict[str, Any]]:
     return list(listing.get("items", []))
 
 
-async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 150.0) -> int:
+@dataclass
+class Demo:
+    """The demo's cluster, converged: what the caller may look at before it is torn down."""
+
+    api: Any  # an admin kubernetes_asyncio ApiClient
+    kubeconfig: Path  # admin
+    workdir: Path
+    config: OperatorConfig
+    sim: PluginSimulator
+    agents: list[AgentProcess] = field(default_factory=list)
+    controller_metrics: int = 0  # the port the controller's /metrics is served on
+
+    def metrics_endpoints(self) -> list[tuple[str, str]]:
+        """(who, URL) of every /metrics the demo serves: the controller's, then each agent's."""
+        found = [("controller", f"http://127.0.0.1:{self.controller_metrics}/metrics")]
+        found += [
+            (f"agent on {a.node}", f"http://127.0.0.1:{a.metrics_port}/metrics")
+            for a in self.agents
+            if a.metrics_port
+        ]
+        return found
+
+
+def config_file() -> Path:
+    return examples_dir() / "demo" / "operator-config" / "config.yaml"
+
+
+def policy_files() -> list[Path]:
+    return sorted((examples_dir() / "demo").glob("*.yaml"))
+
+
+@contextlib.asynccontextmanager
+async def demo_cluster(*, out: Out = print, timeout: float = 240.0) -> AsyncIterator[Demo]:
+    """Set the demo up, wait until it has converged, yield it; tear everything down after."""
     out("==> starting a local control plane (etcd, kube-apiserver, controller manager, ...)")
     with LocalCluster.run(prefix="vgpu-demo-") as cluster:
-        api = await config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        api = await kubeconfig_loader.new_client_from_config(config_file=str(cluster.kubeconfig))
         async with api:
             out("==> installing CRDs and the chart's RBAC; creating simulated GPU nodes")
             credentials = await install_operator_access(api, cluster.workdir)
             agent_credentials = await install_agent_access(api, cluster.workdir)
             assert agent_credentials.kubeconfig is not None
-            kubeconfig = Path(agent_credentials.kubeconfig)
             await create_gpu_nodes(api, DEMO_NODES)
-            out("==> starting the operator (as ServiceAccount vgpu-system/vgpu-operator)")
-            operator = OperatorThread(credentials).start()
-            agents: list[AgentProcess] = []
+            out(
+                "==> installing Volcano's scheduler and HAMi's vGPU device plugin from their own "
+                f"manifests ({upstream.VOLCANO_FILE}, {upstream.hami_vgpu_file('v1.12.0').name})"
+            )
+            await upstream.install(api, hami="v1.12.0")
+            sim = PluginSimulator(api, namespace=PLUGIN_NAMESPACE, name=PLUGIN_NAME).start()
+            config = load_config(config_file().read_text())
+            out(
+                "==> starting the operator (as ServiceAccount vgpu-system/vgpu-operator) with "
+                f"{config_file().relative_to(binaries.repo_root())}"
+            )
+            operator = OperatorThread(credentials, config=config).start()
+            # the in-process controller's registry, served as `run --metrics-port` serves it
+            demo = Demo(api, cluster.kubeconfig, cluster.workdir, config, sim)
+            demo.controller_metrics = free_port()
+            metrics_server, metrics_thread = start_http_server(
+                demo.controller_metrics, addr="127.0.0.1"
+            )
             try:
                 out("==> starting one node agent per GPU node (fake nvidia-smi of its model)")
-                start_agents(cluster.workdir / "agents", kubeconfig, agents)
-                policies = load_documents(sorted((examples_dir() / "demo").glob("*.yaml")))
-                for doc in policies:
+                start_agents(
+                    cluster.workdir / "agents", Path(agent_credentials.kubeconfig), demo.agents
+                )
+                for doc in load_documents(policy_files()):
                     await apply(api, doc)
                     out(f"    applied VGPUNodePolicy {doc['metadata']['name']}")
-                await _wait_converged(api, len(DEMO_NODES) - 1, timeout, agents)
-                table = node_table(await _nodes(api))
-                out(table)
-                if once:
-                    return 0
-                kubectl = binaries.tool_dir(binaries.TOOL_BY_NAME["kubectl"]) / "kubectl"
                 out(
-                    f"\nThe demo keeps running. In another shell:\n"
-                    f"  export KUBECONFIG={cluster.kubeconfig}\n"
-                    f"  {kubectl} get vnp\n"
-                    f"  {kubectl} edit vnp rtx4090-hami-core   # the nodes follow\n"
-                    f"  {kubectl} edit vnp h100-static-mig     # the agent re-partitions the GPUs\n"
-                    f"Agent logs: {cluster.workdir / 'agents'}/<node>/agent.log\n"
-                    f"Ctrl-C stops it and removes everything.\n"
+                    "==> waiting for the operator: nodes labelled and tainted, ConfigMaps "
+                    "rendered, the plugin placed and registered, every rule clean"
                 )
-                while True:
-                    await asyncio.sleep(2)
-                    now = node_table(await _nodes(api))
-                    if now != table:
-                        table = now
-                        out(f"--- {time.strftime('%H:%M:%S')} nodes changed:\n{table}")
+                await wait_converged(demo, timeout)
+                yield demo
             finally:
-                stop_all(agents)
+                stop_all(demo.agents)
+                metrics_server.shutdown()
+                metrics_server.server_close()
+                metrics_thread.join(5)
                 operator.stop()
+                await sim.stop()
+
+
+async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 240.0) -> int:
+    async with demo_cluster(out=out, timeout=timeout) as demo:
+        pools, table_now = await tables(demo.api)
+        out(pools)
+        out(table_now)
+        if once:
+            return 0
+        kubectl = binaries.tool_dir(binaries.TOOL_BY_NAME["kubectl"]) / "kubectl"
+        bin_dir = Path(sys.executable).parent  # the virtualenv's console scripts
+        cfg = config_file()
+        out(
+            f"\nThe demo keeps running. In another shell:\n"
+            f"  export KUBECONFIG={demo.kubeconfig}\n"
+            f"  {kubectl} get vnp\n"
+            f"  {bin_dir / 'kubectl-vgpu'}   # pools and nodes at a glance (`kubectl vgpu`)\n"
+            f"  {bin_dir / 'vgpu-operator'} doctor --config {cfg}\n"
+            f"  {bin_dir / 'vgpu-operator'} plan rtx4090-hami-core --config {cfg}\n"
+            f"  {kubectl} edit vnp rtx4090-hami-core   # the nodes follow\n"
+            f"  {kubectl} -n volcano-system edit configmap volcano-scheduler-configmap\n"
+            f"      # remove the predicates plugin: the operator puts it back\n"
+            f"Agent logs: {demo.workdir / 'agents'}/<node>/agent.log\n"
+            f"Metrics (Prometheus text, what the chart's PodMonitors scrape):\n"
+            + "".join(f"  curl {url}   # {who}\n" for who, url in demo.metrics_endpoints())
+            + "Ctrl-C stops it and removes everything.\n"
+        )
+        while True:
+            await asyncio.sleep(2)
+            _, now = await tables(demo.api)
+            if now != table_now:
+                table_now = now
+                out(f"--- {time.strftime('%H:%M:%S')} nodes changed:\n{table_now}")
+
+
+async def tables(api: Any) -> tuple[str, str]:
+    """The pools (`kubectl vgpu get pools`) and the demo's node table."""
+    policies = await kubeapi.request(api, "GET", kubeapi.policy_path())
+    return table(POOL_COLUMNS, pool_rows(policies.get("items") or [])), node_table(
+        await _nodes(api)
+    )
 
 
 def start_agents(directory: Path, kubeconfig: Path, agents: list[AgentProcess]) -> None:
@@ -151,30 +253,76 @@ def start_agents(directory: Path, kubeconfig: Path, agents: list[AgentProcess]) 
             continue
         home = directory / spec.name
         gpus = FakeGpus.create(home, spec.name, fake_model(spec.model), spec.gpus)
-        agent = AgentProcess(spec.name, kubeconfig, gpus, home / "agent.log", resync=60.0)
+        agent = AgentProcess(
+            spec.name, kubeconfig, gpus, home / "agent.log", resync=60.0, metrics_port=free_port()
+        )
         agents.append(agent.start())
 
 
-async def _wait_converged(
-    api: Any, expected: int, timeout: float, agents: list[AgentProcess]
-) -> None:
-    """Until the operator configured `expected` nodes and every agent reports a final state."""
-    deadline = time.monotonic() + timeout
+async def _plugin_pods(api: Any) -> list[dict[str, Any]]:
+    body = await kubeapi.request(
+        api,
+        "GET",
+        f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods",
+        query={"labelSelector": f"name={PLUGIN_NAME}"},
+    )
+    return [p for p in body.get("items") or [] if not p["metadata"].get("deletionTimestamp")]
+
+
+async def pending(demo: Demo) -> list[str]:
+    """What the demo still waits for (empty: converged): every GPU node in its pool with a final
+    agent state, HAMi's plugin pods Running on exactly the nodes labelled for it and each one
+    registered, every policy Ready and ConfigConsistent, and no rule with an error or warning."""
+    api = demo.api
+    nodes = await _nodes(api)
+    labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+    gpu_nodes = {s.name for s in DEMO_NODES if s.model is not None}
+    out = [
+        f"node {n} in no pool yet"
+        for n in sorted(
+            gpu_nodes - {n for n, lab in labels.items() if contract.LABEL_POLICY in lab}
+        )
+    ]
     final = {"success", "failed", "blocked"}
-    while True:
-        nodes = await _nodes(api)
-        labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
-        managed = [n for n, lab in labels.items() if contract.LABEL_POLICY in lab]
-        waiting = [
-            a.node for a in agents if labels.get(a.node, {}).get(contract.LABEL_STATE) not in final
+    out += [
+        f"agent on {a.node}: {labels.get(a.node, {}).get(contract.LABEL_STATE, 'no state')}"
+        for a in demo.agents
+        if labels.get(a.node, {}).get(contract.LABEL_STATE) not in final
+    ]
+    served = {n for n, lab in labels.items() if lab.get(contract.LABEL_DEVICE_PLUGIN) == "hami"}
+    pods = await _plugin_pods(api)
+    running = {
+        p["spec"].get("nodeName"): p["metadata"]["uid"]
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+    }
+    if set(running) != served or len(pods) != len(served):
+        out.append(f"plugin pods on {sorted(running)}, want {sorted(served)}")
+    done = {r.pod_uid for r in demo.sim.registrations}
+    out += [f"plugin on {n} not registered yet" for n, uid in running.items() if uid not in done]
+    policies = await kubeapi.request(api, "GET", kubeapi.policy_path())
+    for p in pool_rows(policies.get("items") or []):
+        if p[4:] != ("True", "True"):
+            out.append(f"policy {p[0]}: Ready {p[4]}, ConfigConsistent {p[5]}")
+    if not out:
+        results = run_rules(await read_snapshot(api, demo.config))
+        out += [
+            f"{f.severity} {f.id}: {f.message}"
+            for f in results.findings
+            if f.severity in ("error", "warning")
         ]
-        if len(managed) >= expected and not waiting:
+    return out
+
+
+async def wait_converged(demo: Demo, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting = await pending(demo)
+        if not waiting:
             return
-        dead = [a.node for a in agents if not a.running()]
+        dead = [a.node for a in demo.agents if not a.running()]
         if dead:
             raise RuntimeError(f"node agents exited: {dead}")
         if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"only {len(managed)} of {expected} nodes configured; agents not done: {waiting}"
-            )
+            raise TimeoutError("the demo did not converge:\n  " + "\n  ".join(waiting))
         await asyncio.sleep(0.5)

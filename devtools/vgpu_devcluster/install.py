@@ -4,6 +4,7 @@ let it (tests and the demo both use this)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,25 @@ _PLURALS = {
     "VGPUNodePolicy": "vgpunodepolicies",
     "Node": "nodes",
     "Pod": "pods",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
+
+# The API the chart's admission policies need (Kubernetes 1.30+), as `helm install` finds it in
+# the cluster's discovery; `helm template` is told with --api-versions.
+VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+OPERATOR_ADMISSION_POLICY = "vgpu-operator-objects"
+AGENT_ADMISSION_POLICY = "vgpu-operator-agent-own-node"
+# What install_operator_access installs from the chart (the agent's admission policy is
+# installed by `install_agent_admission`: it admits only tokens bound to a pod on the node).
+OPERATOR_TEMPLATES = (
+    "serviceaccount.yaml",
+    "clusterrole.yaml",
+    "clusterrolebinding.yaml",
+    "leader-election-rbac.yaml",
+    "rbac-roles.yaml",
+    "admission-policies.yaml",
+)
 
 
 def chart_dir() -> Path:
@@ -70,11 +89,18 @@ async def apply(api: client.ApiClient, manifest: dict[str, Any]) -> dict[str, An
     return await kubeapi.request(api, "PUT", path, body=manifest, field_manager=None)
 
 
-def render_chart(*templates: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """`helm template` of the chart, optionally only some templates."""
+def render_chart(
+    *templates: str,
+    values: dict[str, Any] | None = None,
+    api_versions: tuple[str, ...] = (VAP_API,),
+) -> list[dict[str, Any]]:
+    """`helm template` of the chart, optionally only some templates, for a cluster serving
+    `api_versions` (by default the local apiserver's admission policy API)."""
     helm = binaries.ensure("helm")
     args = [str(helm), "template", "vgpu-operator", str(chart_dir()), "-n", OPERATOR_NAMESPACE]
     args += ["--kube-version", binaries.KUBERNETES_VERSION]
+    for api_version in api_versions:
+        args += ["--api-versions", api_version]
     for key, value in (values or {}).items():
         args += ["--set", f"{key}={value}"]
     for t in templates:
@@ -91,12 +117,14 @@ async def install_operator_access(api: client.ApiClient, directory: Path) -> Cre
     await apply(
         api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     )
-    for doc in render_chart(
-        "serviceaccount.yaml",
-        "clusterrole.yaml",
-        "clusterrolebinding.yaml",
-        "leader-election-rbac.yaml",
-    ):
+    docs = render_chart(*OPERATOR_TEMPLATES)
+    # The Roles' namespaces (Volcano's and HAMi's) exist where Volcano is installed; here they
+    # may not yet.
+    for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"}):
+        await ensure_namespace(api, namespace)
+    for doc in docs:
+        if doc["metadata"]["name"] == AGENT_ADMISSION_POLICY:
+            continue
         await apply(api, doc)
     credentials = await service_account_credentials(api, OPERATOR_SERVICE_ACCOUNT, directory)
     await wait_crds_established(api)
@@ -112,6 +140,58 @@ async def install_agent_access(api: client.ApiClient, directory: Path) -> Creden
     for doc in render_chart("agent-serviceaccount.yaml", "agent-rbac.yaml"):
         await apply(api, doc)
     return await service_account_credentials(api, AGENT_SERVICE_ACCOUNT, directory)
+
+
+async def install_agent_admission(api: client.ApiClient) -> list[dict[str, Any]]:
+    """The chart's admission policy (and binding) that lets the agent change only its own Node;
+    returns what it applied (for `remove`). The agent's tokens must then be bound to a pod on
+    its node (`bound_token`)."""
+    docs = [
+        d
+        for d in render_chart("admission-policies.yaml")
+        if d["metadata"]["name"] == AGENT_ADMISSION_POLICY
+    ]
+    for doc in docs:
+        await apply(api, doc)
+    return docs
+
+
+async def remove(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    """Delete these objects (bindings before their policies), ignoring those already gone."""
+    for doc in reversed(docs):
+        with contextlib.suppress(kubeapi.NotFound):
+            await kubeapi.request(api, "DELETE", object_path(doc), field_manager=None)
+
+
+async def ensure_namespace(api: client.ApiClient, name: str) -> None:
+    with contextlib.suppress(kubeapi.Conflict):
+        await kubeapi.request(
+            api, "POST", "/api/v1/namespaces", body={"metadata": {"name": name}}, field_manager=None
+        )
+
+
+async def bound_token(
+    api: client.ApiClient, service_account: str, pod: str, pod_namespace: str
+) -> str:
+    """A token of `service_account` bound to a pod (TokenRequest with a Pod boundObjectRef):
+    the apiserver adds the pod's node as the claim authentication.kubernetes.io/node-name
+    (Kubernetes 1.32+), which the agent's admission policy checks."""
+    uid = (await kubeapi.request(api, "GET", f"/api/v1/namespaces/{pod_namespace}/pods/{pod}"))[
+        "metadata"
+    ]["uid"]
+    token = await kubeapi.request(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{service_account}/token",
+        body={
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod, "uid": uid},
+            }
+        },
+        field_manager=None,
+    )
+    return str(token["status"]["token"])
 
 
 async def service_account_credentials(

@@ -136,7 +136,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # Subcommands that live with their subsystem: each module has `add_subcommand(subparsers)`.
-SUBCOMMAND_MODULES = ("vgpu_operator.agent.cli", "vgpu_operator.doctor")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "vgpu_operator.agent.cli",
+    "vgpu_operator.doctor",
+    "vgpu_operator.cleanup",
+)
+# `plan`: what the operator would do for a policy, read-only (vgpu_operator/plan.py).
+PLAN_MODULE = "vgpu_operator.plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="print (or write) the CRDs generated from the models")
     crds.add_argument("-o", "--output", help="directory to write the CRD files into")
     crds.set_defaults(func=cmd_crds)
-    for module in SUBCOMMAND_MODULES:
+    for module in (*SUBCOMMAND_MODULES, PLAN_MODULE):
         importlib.import_module(module).add_subcommand(sub)
     return parser
 

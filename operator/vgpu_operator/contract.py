@@ -33,6 +33,8 @@ ANN_TARGET: Final = f"{GROUP}/target"  # controller: desired node configuration
 ANN_CONFIG: Final = f"{GROUP}/config"  # controller: configuration released to the node
 ANN_INVENTORY: Final = f"{GROUP}/inventory"  # agent: what the hardware has
 ANN_ROLLOUT: Final = f"{GROUP}/rollout"  # controller: transition state machine
+# controller: the policy whose deletion left this node as it was (spec.onDelete: Retain)
+ANN_RETAINED: Final = f"{GROUP}/retained"
 
 # Annotations the operator keeps on the Volcano/HAMi ConfigMaps it renders.
 ANN_OWNED_ENTRIES: Final = f"{GROUP}/owned-entries"  # JSON {node: RFC 3339 of its entry's change}

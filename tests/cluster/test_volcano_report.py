@@ -78,7 +78,7 @@ async def test_report_mode_writes_nothing_and_enforce_does(
 
     async def reported() -> bool:
         cond = await consistent_condition(api, policy)
-        return cond.get("status") == "False" and "node-config-rendered" in cond.get("message", "")
+        return cond.get("status") == "False" and "device-config-location" in cond.get("message", "")
 
     await eventually(reported, timeout=60, interval=0.5)
     cond = await consistent_condition(api, policy)
@@ -101,8 +101,10 @@ async def test_report_mode_writes_nothing_and_enforce_does(
     assert touched == set(), writes
     events = await warning_events(api, SCHED_NS, SCHED_CM)
     assert events["ConfigDeviceConfigLocation"] == 1, events
+    # the node has no entry and its policy's is what its plugin uses without one: nothing for
+    # the plugin to re-read, so no warning (core.adoption_config); enforce still writes it
     node_events = await warning_events(api, PLUGIN_NS, NODE_CM)
-    assert node_events["ConfigNodeConfigRendered"] == 1, node_events
+    assert node_events["ConfigNodeConfigRendered"] == 0, node_events
     assert (
         REGISTRY.get_sample_value(
             "vgpu_operator_findings", {"rule": "device-config-location", "severity": "error"}

@@ -48,6 +48,9 @@ STEADY_RULES = {
 }
 
 
+AT_ONCE = {"maxUnavailable": "100%", "drain": {"enabled": False}}
+
+
 def hami(group: str, **extra: object) -> dict[str, object]:
     return {"nodeSelector": {"matchLabels": {"test/group": group}}, "mode": "hami-core", **extra}
 
@@ -123,10 +126,14 @@ async def test_device_config_change_restarts_scheduler_and_plugins_once(
         restart_settle_seconds=SETTLE,
         stranded_checks=(2.0, 6.0),
     )
-    pool = await policies("hami", hami(g_hami))
+    # Every change of these pools is released at once (safe transitions would otherwise pace
+    # them maxUnavailable nodes at a time, each with its own plugin restart): this test is about
+    # many changes arriving together.
+    pool = await policies("hami", hami(g_hami, rollout=AT_ONCE))
     # The H100 and H200 start in hami-core pools: the operator places the plugin on the nodes
     # its policies serve, so every node has its plugin pod before the change below.
-    p_h100, p_h200 = await policies("h100", hami(g_h100)), await policies("h200", hami(g_h200))
+    p_h100 = await policies("h100", hami(g_h100, rollout=AT_ONCE))
+    p_h200 = await policies("h200", hami(g_h200, rollout=AT_ONCE))
     await steady(env, [*rtx, h100, h200])
 
     # Unrelated changes: a policy edit that changes no rendered entry (labels), a ConfigMap

@@ -2,11 +2,12 @@
 
     vgpu-operator agent [--node N] [--kubeconfig F] [--context C] [--nvidia-smi PATH]
                         [--timeout S] [--resync S] [--retry S] [--liveness URL] [--once]
-                        [--log-format text|json]
+                        [--metrics-port P] [--log-format text|json]
 
 `--node` defaults to $NODE_NAME (the downward API in the DaemonSet), `--nvidia-smi` to
 $VGPU_NVIDIA_SMI or `nvidia-smi` on PATH, credentials to the kubeconfig, $KUBECONFIG or the
-in-cluster ServiceAccount. `--once` acts once, reports, and exits 0 on `success` (1 otherwise).
+in-cluster ServiceAccount. `--metrics-port` serves Prometheus metrics (agent.metrics) on
+all addresses. `--once` acts once, reports, and exits 0 on `success` (1 otherwise).
 SIGTERM/SIGINT: finish the action under way, then exit 0; a second signal cancels it.
 """
 
@@ -57,6 +58,12 @@ def add_subcommand(sub: Any) -> None:
         default=300.0,
         help="seconds of refused credentials (401/403) before the liveness check fails",
     )
+    agent.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve Prometheus metrics (nvidia-smi calls, MIG applies) on this port; 0: none",
+    )
     agent.add_argument("--once", action="store_true", help="act once, report and exit")
     agent.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     agent.add_argument(
@@ -100,6 +107,12 @@ async def run_agent(args: argparse.Namespace) -> int:
         auth=AuthHealth(bound=args.auth_bound),
     )
     health_server = None
+    if args.metrics_port and not args.once:
+        from prometheus_client import start_http_server
+
+        from vgpu_operator.agent import metrics  # noqa: F401  (registers the agent's metrics)
+
+        start_http_server(args.metrics_port)
     if args.liveness and not args.once:
         health_server = await health.serve(args.liveness, {"credentials": api.auth.problem})
     async with api:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vgpu_operator import kubeapi
-from vgpu_operator.agent import decide
+from vgpu_operator.agent import decide, metrics
 from vgpu_operator.agent.apply import Outcome, Reason, observe, reconcile_gpus
 from vgpu_operator.agent.decide import Memory, NodeView, Released, Trigger, node_view
 from vgpu_operator.agent.nodeapi import NodeApi
@@ -155,6 +155,7 @@ class Agent:
         self.actions += 1
         mode = rel.config.mode if rel.config is not None else ("invalid" if rel.error else "none")
         log.info("acting (%s): released mode %s, state %s", why, mode, view.state or "-")
+        started = time.monotonic()
         try:
             outcome = await self._apply(view, rel, previous)
         except kubeapi.ApiError:
@@ -162,6 +163,9 @@ class Agent:
         except Exception as exc:  # odd nvidia-smi output, a bug: the node still gets a final state
             log.exception("action (%s) failed inside the agent", why)
             outcome = Outcome("failed", Reason.INTERNAL, f"{type(exc).__name__}: {exc}")
+        metrics.action_done(
+            outcome.state, outcome.event_reason, time.monotonic() - started, outcome.inventory
+        )
         self.memory.last_state = outcome.state
         delay = decide.next_delay(
             outcome.state, resync=self.options.resync, retry=self.options.retry

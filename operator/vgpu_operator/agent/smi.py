@@ -24,9 +24,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from vgpu_operator.agent import metrics
 from vgpu_operator.agent.parse import (
     COMPUTE_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -114,6 +116,21 @@ class NvidiaSmi:
         return [what for what, _ in self._stuck]
 
     async def run(self, *args: str, timeout: float | None = None, check: bool = True) -> SmiResult:
+        """One call; counted and timed in `agent.metrics` by its outcome."""
+        start, started = time.monotonic(), self.calls
+        try:
+            result = await self._run(*args, timeout=timeout, check=check)
+        except SmiError as exc:
+            outcome = "error" if exc.rc is not None else _OUTCOMES.get(exc.kind, "error")
+            if self.calls == started:
+                outcome = "not_run"  # refused while an earlier call is stuck
+            ran = outcome != "not_run"
+            metrics.smi_call(outcome, time.monotonic() - start if ran else None)
+            raise
+        metrics.smi_call("ok" if result.rc == 0 else "error", time.monotonic() - start)
+        return result
+
+    async def _run(self, *args: str, timeout: float | None, check: bool) -> SmiResult:
         argv = (self.binary, *args)
         if stuck := self.stuck:
             raise SmiError(
@@ -261,6 +278,15 @@ class NvidiaSmi:
     async def destroy_gi(self, index: int, gi: int) -> list[Destroyed]:
         res = await self.run("mig", "-i", str(index), "-gi", str(gi), "-dgi")
         return parse_destroyed(res.output)
+
+
+# Calls that raised without an exit code, by kind: the metrics' outcome label (OTHER: the
+# binary could not be started).
+_OUTCOMES = {
+    SmiErrorKind.TIMEOUT: "timeout",
+    SmiErrorKind.UNHEALTHY: "stuck",
+    SmiErrorKind.OTHER: "not_run",
+}
 
 
 def _scope(index: int | None) -> tuple[str, ...]:

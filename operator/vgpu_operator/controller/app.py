@@ -19,16 +19,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.discovery import discover_at_start
 from vgpu_operator.controller.informer import DELETED, Change, Informer
 from vgpu_operator.controller.pods import PAGE, PodIndex
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
-from vgpu_operator.controller.snapshot import compact_daemonset, compact_node
+from vgpu_operator.controller.rollout import PluginReadings, RolloutDriver
+from vgpu_operator.controller.snapshot import (
+    collection_path,
+    compact_daemonset,
+    compact_node,
+    watched_objects,
+)
 from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
+from vgpu_operator.controller.volcano_writes import restart_inputs
 from vgpu_operator.core.findings import CONDITION, ConditionValue
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.pods import gpu_resources, interned
@@ -117,6 +126,20 @@ class Controller:
         self.daemonsets: Informer[Obj] = Informer(
             api, "daemonsets", DAEMONSETS_PATH, compact_daemonset, self.daemonset_event
         )
+        # The configured ConfigMaps and the scheduler Deployment, each watched by name (the
+        # chart's Roles grant only these names): any event asks for a configuration pass.
+        self.named: list[Informer[str]] = [
+            Informer(
+                api,
+                kind.lower(),
+                collection_path(kind, namespace),
+                _resource_version,
+                self.named_event,
+                kubeapi.WatchOptions(field_selector=f"metadata.name={name}"),
+                key=_namespaced_name,
+            )
+            for kind, namespace, name in watched_objects(settings.config)
+        ]
         self.unschedulable = UnschedulableWarnings(self.events, fresh=self.snapshot_fresh)
         self.reconciler = Reconciler(
             api=api,
@@ -125,6 +148,16 @@ class Controller:
             node_uid=self.node_uid,
             options=settings.options,
             extra_conditions=self.policy_conditions,
+            rollout=RolloutDriver(
+                api,
+                self.events,
+                self.rollout_pods,
+                self.node_object,
+                node_uid=self.node_uid,
+                plugin_readings=PluginReadings(
+                    self.configuration_read, enforced=settings.config.mode == "enforce"
+                ),
+            ),
         )
         self.volcano: VolcanoReconciler | None = None  # off when the options say so
         if settings.volcano.enabled:
@@ -154,6 +187,8 @@ class Controller:
         }
         if self.volcano is not None:
             tasks["vgpu-watch-daemonsets"] = self.daemonsets.run()
+            for i, informer in enumerate(self.named):
+                tasks[f"vgpu-watch-{informer.kind}-{i}"] = informer.run()
             # Nor a configuration pass before the pods and DaemonSets are in: it reads them
             # from there, and lists no Pod or DaemonSet across the cluster.
             tasks["vgpu-volcano"] = after(self.wait_sources(), self.volcano.run())
@@ -165,6 +200,8 @@ class Controller:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         if self.volcano is not None:
             self.volcano.stop()
+        if self.reconciler.rollout is not None:
+            self.reconciler.rollout.stop()
         await self.events.drain()
         await self.api.close()
 
@@ -197,6 +234,14 @@ class Controller:
             self.unschedulable.snapshot_taken(snapshot, self.pods.unbound())
         except Exception:  # the warnings must not fail the configuration pass
             log.exception("checking pending GPU pods failed")
+        rollout = self.reconciler.rollout
+        if rollout is not None and rollout.waiting_on_configuration:
+            # the plugin pod left or the node-config entry was rewritten: the next step may go
+            self.reconciler.request_nodes(rollout.waiting_on_configuration)
+        observer = self.reconciler.observer  # mode: observe (controller.observe)
+        parsed = [p.parsed for p in self.policies.items.values()]
+        if observer is not None and observer.configuration(snapshot, parsed, restart_inputs):
+            self.reconciler.request_full()  # the policies' Observed condition
 
     def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:
         return {k: v.facts for k, v in self.nodes.items.items()}, dict(self.policies.items)
@@ -207,6 +252,20 @@ class Controller:
         if not self.nodes.synced.is_set():
             return None
         return [v.obj for v in self.nodes.items.values()]
+
+    def configuration_read(self) -> tuple[ClusterSnapshot | None, datetime | None] | None:
+        """The last configuration pass's snapshot and its time (None: no such reconciler)."""
+        if self.volcano is None:
+            return None
+        return self.volcano.last_snapshot, self.volcano.last_read_at
+
+    def rollout_pods(self, name: str) -> list[Obj] | None:
+        """The GPU pods on a node, for the drain; None until the pod index is synced."""
+        return self.pods.pods_on(name) if self.pods.synced.is_set() else None
+
+    def node_object(self, name: str) -> Obj | None:
+        node = self.nodes.items.get(name)
+        return node.obj if node else None
 
     def node_uid(self, name: str) -> str:
         node = self.nodes.items.get(name)
@@ -251,6 +310,10 @@ class Controller:
         """A GPU pod came, changed or went: a pending one gets its fit check."""
         await self.unschedulable.pod_changed(change)
 
+    async def named_event(self, change: Change[str]) -> None:
+        """A configured ConfigMap or the scheduler Deployment came, changed or went."""
+        self.request_configuration_pass()
+
     async def daemonset_event(self, change: Change[Obj]) -> None:
         """A configured plugin DaemonSet: a pass on every event (its rollout shows in its
         status); any other: when its spec changed (the rules look for MindCluster and NVIDIA
@@ -284,6 +347,7 @@ class Controller:
         self.reconciler.request_full()
         self.request_configuration_pass()
         missing = not deleting and contract.FINALIZER not in finalizers
+        missing = missing and self.reconciler.observer is None  # observe writes no finalizer
         if missing and not await self._add_finalizer(name, meta):
             self._seen_policies.pop(name, None)  # handle the newer version when it comes
 
@@ -308,6 +372,12 @@ async def start(settings: Settings) -> Controller:
     api = await settings.credentials.client(
         pool_size=settings.options.concurrency + 16, user_agent=settings.user_agent
     )
+    if settings.config.auto_fields():  # `auto` in the config: resolved once, here, and logged
+        try:
+            settings = replace(settings, config=await discover_at_start(api, settings.config))
+        except BaseException:
+            await api.close()
+            raise
     controller = Controller(settings, api)
     controller.launch()
     log.info("controller started (%s)", settings.credentials.describe())
@@ -322,6 +392,15 @@ async def after(first: Coroutine[Any, Any, None], then: Coroutine[Any, Any, None
         then.close()
         raise
     await then
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def _namespaced_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def same_facts(a: NodeFacts, b: NodeFacts) -> bool:

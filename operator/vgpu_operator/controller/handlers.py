@@ -1,7 +1,7 @@
-"""Kopf's part: login, settings, start-up and clean-up, and the watches of the few objects the
-configuration reconciler reads (ConfigMaps, the scheduler Deployment).
+"""Kopf's part: login, settings, start-up and clean-up.
 
-Nodes, policies, Pods and DaemonSets are watched by the lean informer (`controller.informer`),
+Nodes, policies, Pods, DaemonSets, and by name the configured ConfigMaps and the scheduler
+Deployment, are watched by the lean informer (`controller.informer`),
 not by Kopf: Node and Pod events come by the thousand, and Kopf's per-event pipeline cost more
 than the operator's own work (and its change-detecting handlers would store their state in
 annotations on every Node: extra writes). Start-up starts the controller
@@ -151,14 +151,6 @@ class Runtime:
 
         return {"credentials": credentials, "lease": lease}
 
-    def request_configuration_pass(self) -> None:
-        if self.controller is not None:
-            self.controller.request_configuration_pass()
-
-    def watches(self, kind: str, namespace: str | None, name: str) -> bool:
-        volcano = self.controller.volcano if self.controller is not None else None
-        return volcano is not None and volcano.watches(kind, namespace, name)
-
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
@@ -176,22 +168,6 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         await runtime.cleanup()
-
-    if runtime.settings.volcano.enabled:
-
-        def wanted(kind: str) -> Any:
-            def when(name: str, namespace: str | None, **_: Any) -> bool:
-                return runtime.watches(kind, namespace, name)
-
-            return when
-
-        @kopf.on.event("configmaps", registry=registry, when=wanted("ConfigMap"))
-        async def configmap_event(**_: Any) -> None:
-            runtime.request_configuration_pass()
-
-        @kopf.on.event("apps", "v1", "deployments", registry=registry, when=wanted("Deployment"))
-        async def deployment_event(**_: Any) -> None:
-            runtime.request_configuration_pass()
 
     check_registry(registry)
     return registry

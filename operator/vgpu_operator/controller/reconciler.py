@@ -23,10 +23,15 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller import metrics
+from vgpu_operator.controller.observe import CONDITION as OBSERVED
+from vgpu_operator.controller.observe import Observer
+from vgpu_operator.controller.rollout import RolloutDriver
+from vgpu_operator.core.adoption import OnDelete, with_on_delete_default
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.events import node_events, policy_event
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
+from vgpu_operator.core.rollout_step import NodeStep
 from vgpu_operator.core.status import compute_status, status_patch
 from vgpu_operator.core.validate import ParsedPolicy
 from vgpu_operator.models.config import OperatorConfig
@@ -60,10 +65,18 @@ class ReconcilerOptions:
     # A node that shows no hardware of its policy's mode is reported, never written: the
     # operator config's `requireGpuEvidence` (ReconcilerOptions.for_config).
     require_gpu_evidence: bool = True
+    # `mode: observe`: no node written, what enforce would write reported (controller.observe)
+    observe: bool = False
+    on_delete: OnDelete = "Delete"  # the default of a policy's spec.onDelete (core.adoption)
 
     def for_config(self, config: OperatorConfig) -> ReconcilerOptions:
         """These options with what the operator config decides for the policy reconciler."""
-        return replace(self, require_gpu_evidence=config.require_gpu_evidence)
+        return replace(
+            self,
+            require_gpu_evidence=config.require_gpu_evidence,
+            observe=config.mode == "observe",
+            on_delete=config.on_delete,
+        )
 
 
 def node_write_backoff() -> Backoff[str]:
@@ -89,6 +102,9 @@ class Reconciler:
     options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     extra_conditions: ExtraConditions | None = None
+    # Safe transitions (controller.rollout): None releases every change at once.
+    rollout: RolloutDriver | None = None
+    observer: Observer | None = None  # mode: observe (made from the options)
 
     _full: bool = False
     _nodes: set[str] = field(default_factory=set)
@@ -106,12 +122,17 @@ class Reconciler:
     _backoff_timer: asyncio.TimerHandle | None = None
     _backoff_timer_at: float = 0.0
     _retry_timer: asyncio.TimerHandle | None = None
+    _steps: Mapping[str, NodeStep] | None = None  # the rollout's steps of the current pass
     passes: int = 0
     # Set while no node writes are under way (the configuration pass waits for it).
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.idle.set()
+        if self.options.observe:  # observe: no rollout acts, no node is written
+            self.rollout = None
+            if self.observer is None:
+                self.observer = Observer(self.post_event, self.node_uid, self.options.on_delete)
 
     @property
     def writing(self) -> bool:
@@ -175,12 +196,25 @@ class Reconciler:
         start = time.monotonic()
         nodes, policies = self.snapshot()
         self._overlay_fresh(nodes)
-        parsed = [p.parsed for p in policies.values()]
-        targets = nodes.values() if full else [nodes[n] for n in only if n in nodes]
+        parsed = with_on_delete_default(
+            (p.parsed for p in policies.values()), self.options.on_delete
+        )
+        paced = self.rollout.decide(nodes, parsed) if self.rollout is not None else None
+        self._steps = paced.steps if paced is not None else None
+        wanted = only | set(self._steps or ())  # the rollout looks at every node
+        targets = nodes.values() if full else [nodes[n] for n in wanted if n in nodes]
         planned = plan_cluster(
-            targets, parsed, require_gpu_evidence=self.options.require_gpu_evidence
+            targets,
+            parsed,
+            require_gpu_evidence=self.options.require_gpu_evidence,
+            steps=self._steps,
         )
         written = await self._write_nodes(planned.plans, parsed, nodes)
+        if paced is not None and self.rollout is not None:
+            await self.rollout.act(paced, planned.plans, written, self.request_full)
+            moved = [n for n, p in written.items() if p.step is not None]
+            if moved:
+                self.request_nodes(moved)  # the next step may follow at once
         self.passes += 1
         now = time.monotonic()
         if full or written or now - self._last_status >= self.options.status_interval:
@@ -189,9 +223,11 @@ class Reconciler:
                 nodes.values(), parsed, require_gpu_evidence=self.options.require_gpu_evidence
             )
             self._emit_events(cluster, policies, written)
+            if self.observer is not None:
+                self.observer.nodes(cluster, nodes)
             await self._write_statuses(cluster, nodes, policies)
             await self._release_finalizers(cluster, nodes, policies)
-            _export_gauges(cluster)
+            _export_gauges(cluster, nodes, policies)
         elif not self._status_scheduled:
             self._status_scheduled = True
             asyncio.get_running_loop().call_later(self.options.status_interval, self._status_pass)
@@ -231,6 +267,8 @@ class Reconciler:
         (exponential per node, never before the apiserver's Retry-After), the other nodes go on,
         and one timer wakes the reconciler for the earliest node due. The policy status names
         the failing nodes with the apiserver's message (`_write_statuses`)."""
+        if self.observer is not None:
+            return {}  # mode: observe writes no node (controller.observe reports them)
         written: dict[str, NodePlan] = {}
         backoff = self.node_backoff
         backoff.retain(lambda name: name in nodes)  # deleted nodes
@@ -265,6 +303,7 @@ class Reconciler:
                         [nodes[plan.node]],
                         parsed,
                         require_gpu_evidence=self.options.require_gpu_evidence,
+                        steps=self._steps,
                     ).plans[plan.node]
                     continue
                 except kubeapi.NotFound:
@@ -389,6 +428,21 @@ class Reconciler:
     ) -> None:
         now = self.now()
         failures = {node: f[1] for node, f in self.node_backoff.failing().items()}
+        conditions: dict[str, dict[str, str]] = {}
+        try:
+            await self._write_each_status(cluster, nodes, policies, now, failures, conditions)
+        finally:
+            metrics.export_policy_conditions(conditions)
+
+    async def _write_each_status(
+        self,
+        cluster: ClusterPlan,
+        nodes: Mapping[str, NodeFacts],
+        policies: Mapping[str, PolicyEntry],
+        now: datetime,
+        failures: Mapping[str, str],
+        conditions: dict[str, dict[str, str]],
+    ) -> None:
         for name, entry in policies.items():
             if entry.parsed.deleting:
                 continue
@@ -401,7 +455,10 @@ class Reconciler:
             if self.extra_conditions is not None:
                 owned = frozenset(n for n, a in cluster.assignments.items() if a.owner == name)
                 extra = self.extra_conditions(name, owned)
+            if self.observer is not None:
+                extra = {**(extra or {}), OBSERVED: self.observer.condition(name)}
             new = compute_status(entry.parsed, cluster, nodes, old, now, extra, failures)
+            conditions[name] = {c.type: c.status for c in new.conditions}
             body = status_patch(old, new)
             if body is None:
                 continue
@@ -482,9 +539,10 @@ def _written(
     kept = [dict(t) for t in (before.taints if before else ())]
     taints = spec.get("taints", kept)
     capacity = dict(before.capacity) if before else {}
+    cordon = spec.get("unschedulable", before.unschedulable if before else False)
     return {
         "metadata": response.get("metadata") or {},
-        "spec": {"taints": taints},
+        "spec": {"taints": taints, "unschedulable": cordon},
         "status": {"capacity": capacity},
     }
 
@@ -501,13 +559,19 @@ def _newer_or_same(seen: str, ours: str) -> bool:
         return seen == ours
 
 
-def _export_gauges(cluster: ClusterPlan) -> None:
-    metrics.CONFLICTS.set(sum(1 for a in cluster.assignments.values() if a.conflicted))
-    counts: dict[tuple[str, str], int] = {}
-    for plan in cluster.plans.values():
-        if plan.new_owner and plan.new_mode:
-            key = (plan.new_owner, plan.new_mode)
-            counts[key] = counts.get(key, 0) + 1
-    metrics.NODES_MANAGED.clear()
-    for (policy, mode), n in counts.items():
-        metrics.NODES_MANAGED.labels(policy=policy, mode=mode).set(n)
+def _export_gauges(
+    cluster: ClusterPlan, nodes: Mapping[str, NodeFacts], policies: Iterable[str]
+) -> None:
+    """Nodes by policy, mode and state; transitions in flight per policy; conflicts."""
+    owned: dict[str, tuple[str, str, str]] = {}
+    transitions = dict.fromkeys(policies, 0)
+    for name, plan in cluster.plans.items():
+        if not (plan.new_owner and plan.new_mode):
+            continue
+        facts = nodes.get(name)
+        state = metrics.node_state(facts, refused=plan.action == "blocked")
+        owned[name] = (plan.new_owner, plan.new_mode, state)
+        if facts is not None and metrics.in_transition(facts):
+            transitions[plan.new_owner] = transitions.get(plan.new_owner, 0) + 1
+    conflicts = sum(1 for a in cluster.assignments.values() if a.conflicted)
+    metrics.export_nodes(owned, transitions, conflicts)

@@ -132,6 +132,26 @@ def configmap_refs(config: OperatorConfig) -> list[tuple[str, str]]:
     return list(dict.fromkeys(refs))
 
 
+def watched_objects(config: OperatorConfig) -> list[tuple[str, str, str]]:
+    """(kind, namespace, name) of each object the controller watches by name: the ConfigMaps
+    the rules read and the scheduler Deployment. Each is one list/watch of its namespace with
+    the field selector metadata.name=<name>, which RBAC authorizes against `resourceNames`
+    (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources):
+    the chart's Roles grant exactly these names, and no ConfigMap or Deployment is read
+    across the cluster."""
+    dep = config.scheduler.deployment
+    return [
+        *(("ConfigMap", ns, name) for ns, name in configmap_refs(config)),
+        ("Deployment", dep.namespace, dep.name),
+    ]
+
+
+def collection_path(kind: str, namespace: str) -> str:
+    if kind == "ConfigMap":
+        return configmap_path(namespace)
+    return workload_path(kind, namespace)
+
+
 def scheduler_device_ref(
     config: OperatorConfig, scheduler_cm: Mapping[str, Any] | None
 ) -> tuple[str, str] | None:

@@ -89,6 +89,11 @@ class VolcanoReconciler:
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     findings: list[Finding] | None = None  # of the last pass; None: not checked yet
+    # The last pass's snapshot (after its writes) and when its reading began (the rollout's
+    # waits for the plugin pod and the node-config entry, `core.rollout_plugin`).
+    last_snapshot: ClusterSnapshot | None = None
+    last_read_at: datetime | None = None
+    _read_at: datetime | None = None
     passes: int = 0
     restarted: list[planner.RestartAction] = field(default_factory=list)  # in order, all time
     writes: list[Written] = field(default_factory=list)  # in order, all time
@@ -175,8 +180,12 @@ class VolcanoReconciler:
         self._in_pass = True
         try:
             await self.reconcile()
+        except Exception:
+            metrics.CONFIGURATION_PASSES.labels(result="error").inc()
+            raise
         finally:
             self._in_pass = False
+        metrics.CONFIGURATION_PASSES.labels(result="ok").inc()
         return True
 
     async def _wait_for_node_writes(self) -> None:
@@ -186,6 +195,7 @@ class VolcanoReconciler:
             await wait_set(self.nodes_idle, self.options.max_defer_seconds)
 
     async def read(self) -> ClusterSnapshot:
+        self._read_at = self.now()
         return await read_snapshot(
             self.api,
             self.config,
@@ -204,6 +214,7 @@ class VolcanoReconciler:
         self.findings = results.findings
         self.passes += 1
         self._report(snapshot, results.findings)
+        self.last_snapshot, self.last_read_at = snapshot, self._read_at
         self.on_snapshot(snapshot)
 
     # -- enforce ----------------------------------------------------------------------------
@@ -262,9 +273,7 @@ class VolcanoReconciler:
 
     # -- reporting --------------------------------------------------------------------------
     def _report(self, snapshot: ClusterSnapshot, findings: list[Finding]) -> None:
-        metrics.FINDINGS.clear()
-        for (rule_id, severity), n in finding_counts(findings).items():
-            metrics.FINDINGS.labels(rule=rule_id, severity=severity).set(n)
+        metrics.export_findings(finding_counts(findings))
         stranded = [
             f for f in findings if f.id == "stranded-pods" and finding_key(f) not in self._posted
         ]

@@ -275,7 +275,7 @@ async def enforce_configuration(
     no limit)."""
     result = WriteResult()
     writes = _Writes(backoff, now, result)
-    if not installed(s):
+    if not installed(s) or s.config.mode != "enforce":  # report, observe: nothing written
         return result
     cfg = s.config
     stamp = change_stamp(now)
@@ -380,8 +380,8 @@ async def _patch_daemonsets(
         )
     for p in placements(s):
         raw = _daemonset(s, p.namespace, p.name)
-        if p.patch is None or p.excluded or raw is None:
-            continue
+        if p.patch is None or p.excluded or raw is None or p.adopted:
+            continue  # (adopted: already runs exactly there, core.adoption_config)
         key = daemonset_key(p.namespace, p.name)
         due = rollout_due(ledger, key, _restarted_at(raw), restarts, now)
         if due is None:
@@ -544,6 +544,8 @@ async def restart(
     (its DaemonSet recreates it). False: it is gone, or refused (the object then backs off in
     `backoff`, and the refusal is added to `result`), or still backing off."""
     writes = _Writes(backoff, now, result if result is not None else WriteResult())
+    if s.config.mode != "enforce":
+        return False  # report, observe: no restart (controller.observe reports it)
     kind = {"delete-pod": "Pod", "rollout-deployment": "Deployment"}.get(action.kind, "DaemonSet")
     key = (kind, action.namespace, action.name)
     if not writes.ready(key):

@@ -34,6 +34,7 @@ CONTRACT_ANNOTATIONS = (
     contract.ANN_CONFIG,
     contract.ANN_INVENTORY,
     contract.ANN_ROLLOUT,
+    contract.ANN_RETAINED,  # core.adoption
 )
 
 TaintKey = tuple[str, str]  # (key, effect): a node holds at most one taint per pair
@@ -64,6 +65,7 @@ class NodeFacts:
     errors: Mapping[str, str] = field(default_factory=dict)
     # The device plugins' extended resources in the Node's capacity (`nvidia.com/gpu: "8"`).
     capacity: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False  # spec.unschedulable: cordoned (by anyone)
 
     @property
     def gfd(self) -> dict[str, str]:
@@ -129,6 +131,7 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
         config=config_of(contract.ANN_CONFIG),
         errors=errors,
         capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)},
+        unschedulable=spec.get("unschedulable") is True,
     )
 
 

@@ -4,7 +4,7 @@ Semantics (docs/design.md, the node contract):
 - an owned node gets the policy's labels and taints (`spec.effective_labels()/effective_taints()`),
   `vgpu.volcano.sh/policy`, `/mode` and `/device-plugin` (which HAMi plugin must run there), the
   ownership record `/owned`, the desired configuration `/target` and the released one `/config`
-  (`release()`: equal to target for now);
+  (`release()`: at once, or through the rollout's step, `core.rollout`);
 - the operator changes or removes only what its record says it set, and only while the value is
   still the recorded one; a label or taint of a user is never removed or overwritten. A wanted
   label the user has with another value, or a wanted taint colliding with a user's taint of the
@@ -15,7 +15,10 @@ Semantics (docs/design.md, the node contract):
   and put back when the node leaves the pool (or the option is turned off);
 - a node no policy owns loses the operator's labels, taints, policy/mode labels, target and
   record; its `config` stays as `{mode: whole-gpu}` when it was `mig`, so the agent turns MIG off;
-- conflicted nodes are left as they are; nodes of a suspended or invalid policy are held.
+- conflicted nodes are left as they are; nodes of a suspended or invalid policy are held;
+- a wanted label or taint the node already has with the same value is no collision and no write;
+  it is recorded as the operator's only under `adoptExisting`; a deleted policy with
+  `onDelete: Retain` leaves its nodes as they are, only dropping the record (`core.adoption`).
 
 The PATCH is a JSON merge patch with `metadata.resourceVersion` (optimistic concurrency); when
 taints change it carries the whole `spec.taints` list, every taint the operator does not own kept
@@ -29,7 +32,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from vgpu_operator import contract
+from vgpu_operator.core import adoption
 from vgpu_operator.core.nodefacts import NodeFacts, TaintKey, node_facts, taint_key, taint_value
+from vgpu_operator.core.rollout_step import NodeStep
 from vgpu_operator.core.selection import Assignment, select
 from vgpu_operator.core.validate import (
     ParsedPolicy,
@@ -77,6 +82,7 @@ class Desired:
     disable_mig_manager: bool = False
     target: NodeConfig | None = None
     target_text: str | None = None  # the annotation text of `target`
+    adopt: bool = False  # spec.adoptExisting: labels/taints already there are recorded as ours
 
 
 def desired_for(policy: VGPUNodePolicy | None) -> Desired:
@@ -100,18 +106,22 @@ def desired_for(policy: VGPUNodePolicy | None) -> Desired:
         disable_mig_manager=spec.disable_nvidia_mig_manager,
         target=target,
         target_text=target.to_annotation(),
+        adopt=spec.adopt_existing,
     )
 
 
-def release(target: NodeConfig, current: NodeConfig | None) -> NodeConfig:
-    """The configuration released to the node (what the agent applies).
-
-    For now the target is released at once. The safe-transitions issue replaces this with a
-    decision that holds a disruptive change (`not target.same_hardware_as(current)`) back until
-    the node is drained.
-    """
-    del current
-    return target
+def release(
+    target: NodeConfig, current: NodeConfig | None, step: NodeStep | None = None
+) -> NodeConfig:
+    """The configuration released to the node (what the agent applies). A node the rollout
+    (`core.rollout`) has a step for gets the step's configuration, or keeps the one it has
+    until the step releases it; any other node gets `target` at once (no change the rollout
+    must pace: the first configuration, or nothing the GPUs or the plugin read)."""
+    if step is None:
+        return target
+    if step.config is not None:
+        return step.config
+    return current if current is not None else target
 
 
 PARKED = NodeConfig(mode="whole-gpu")
@@ -139,6 +149,7 @@ class NodePlan:
     conflict: tuple[str, ...] = ()
     # The node already carries the desired state (computed even while held, for readiness).
     in_sync: bool = False
+    step: NodeStep | None = None  # the rollout's step this plan carries
 
     @property
     def mode_changed(self) -> bool:
@@ -151,9 +162,12 @@ class _Changes:
     taints: list[dict[str, Any]] | None = None
     taints_changed: bool = False
     annotations: dict[str, str | None] = field(default_factory=dict)
+    unschedulable: bool | None = None  # the cordon to set (None: leave it)
 
     def patch(self, facts: NodeFacts) -> dict[str, Any] | None:
-        if not (self.labels or self.taints_changed or self.annotations):
+        if not (
+            self.labels or self.taints_changed or self.annotations or self.unschedulable is not None
+        ):
             return None
         metadata: dict[str, Any] = {"resourceVersion": facts.resource_version}
         if self.labels:
@@ -163,6 +177,8 @@ class _Changes:
         body: dict[str, Any] = {"metadata": metadata}
         if self.taints_changed:
             body["spec"] = {"taints": self.taints}
+        if self.unschedulable is not None:
+            body.setdefault("spec", {})["unschedulable"] = self.unschedulable
         return body
 
 
@@ -174,7 +190,7 @@ def _taint_dict(taint: Taint) -> dict[str, Any]:
 
 
 def _plan_labels(
-    facts: NodeFacts, want: Desired, out: _Changes
+    facts: NodeFacts, want: Desired, out: _Changes, plugin: str | None
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Label changes into `out`; returns the new record's labels and replaced values."""
     owned: dict[str, str] = {}
@@ -184,7 +200,7 @@ def _plan_labels(
         ours = label_is_ours(facts, key)
         if current != value:
             out.labels[key] = value
-        if current != value or ours:
+        if current != value or ours or want.adopt:
             owned[key] = value
     switches = ((want.disable_device_plugin, DP_LABEL), (want.disable_mig_manager, MM_LABEL))
     for key in (label for wanted, label in switches if wanted):
@@ -207,8 +223,9 @@ def _plan_labels(
     operator_labels: dict[str, str | None] = {
         contract.LABEL_POLICY: want.owner,
         contract.LABEL_MODE: want.mode,
-        # the plugin DaemonSets select on it (volcano_writes' placement patch)
-        contract.LABEL_DEVICE_PLUGIN: want.target.device_plugin if want.target else None,
+        # the plugin DaemonSets select on it (volcano_writes' placement patch): the plugin of
+        # the released configuration, none while the rollout pauses it
+        contract.LABEL_DEVICE_PLUGIN: plugin,
     }
     for key, wanted in operator_labels.items():
         if facts.labels.get(key) != wanted:
@@ -232,7 +249,7 @@ def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> list[Taint]:
             add.append(taint)
         elif taint_value(existing) != taint.value:
             swap[key] = taint
-        if existing is None or taint_value(existing) != taint.value or ours:
+        if existing is None or taint_value(existing) != taint.value or ours or want.adopt:
             owned.append(taint)
     remove: set[TaintKey] = set()
     for recorded in facts.owned.taints:
@@ -278,29 +295,46 @@ def _same(raw: str | None, parsed_text: Callable[[], str | None], wanted: str | 
     return parsed_text() == wanted
 
 
-def diff(facts: NodeFacts, want: Desired) -> dict[str, Any] | None:
+def diff(
+    facts: NodeFacts, want: Desired, step: NodeStep | None = None, *, paced: bool = False
+) -> dict[str, Any] | None:
     """The merge patch taking `facts` to `want` (None when it already matches). Collisions are
-    not checked here: `plan_node` refuses to write when there are any."""
+    not checked here: `plan_node` refuses to write when there are any. `paced`: the rollout
+    decided this pass (`step` is its step for the node, None: it has none), so the node's
+    `vgpu.volcano.sh/rollout` annotation is the step's."""
     out = _Changes()
-    labels, replaced = _plan_labels(facts, want, out)
-    taints = _plan_taints(facts, want, out)
-    record = Owned(labels=labels, taints=taints, replaced=replaced)
-    record_text = None if record == Owned() else record.to_annotation()
     config: NodeConfig | None
     if want.target is not None:
-        config = release(want.target, facts.config)
+        config = release(want.target, facts.config, step)
         config_text = want.target_text if config is want.target else _config_text(config)
     else:
         config = parked_config(facts.config)
         config_text = _config_text(config)
-    checks = (
+    paused = step is not None and step.plugin_paused
+    plugin = config.device_plugin if want.target is not None and config and not paused else None
+    labels, replaced = _plan_labels(facts, want, out, plugin)
+    taints = _plan_taints(facts, want, out)
+    record = Owned(labels=labels, taints=taints, replaced=replaced)
+    record_text = None if record == Owned() else record.to_annotation()
+    checks = [
         (contract.ANN_OWNED, record_text, lambda: _canonical_owned(facts.owned)),
         (contract.ANN_TARGET, want.target_text, lambda: _config_text(facts.target)),
         (contract.ANN_CONFIG, config_text, lambda: _config_text(facts.config)),
-    )
+    ]
+    if paced and not (step is not None and step.keep_rollout):
+        rollout = step.rollout.to_annotation() if step is not None and step.rollout else None
+        checks.append((contract.ANN_ROLLOUT, rollout, lambda: None))
     for key, wanted, current in checks:
         if key in facts.errors or not _same(facts.annotations.get(key), current, wanted):
             out.annotations[key] = wanted
+    if want.owner is not None and contract.ANN_RETAINED in facts.annotations:
+        out.annotations[contract.ANN_RETAINED] = None  # managed again (core.adoption)
+    if step is not None:
+        for key, value in step.labels.items():
+            if key not in out.labels and facts.labels.get(key) != value:
+                out.labels[key] = value
+        if step.unschedulable is not None and step.unschedulable != facts.unschedulable:
+            out.unschedulable = step.unschedulable
     return out.patch(facts)
 
 
@@ -311,11 +345,14 @@ def plan_node(
     desired: Mapping[str, Desired] | None = None,
     *,
     require_gpu_evidence: bool = True,
+    steps: Mapping[str, NodeStep] | None = None,
 ) -> NodePlan:
     """Decide what to write to one node, given the selection and all policies by name
     (`desired`: `desired_for` of the policies, precomputed once for many nodes).
     `require_gpu_evidence`: a node that shows no hardware of its policy's mode is blocked
-    (the operator config's `requireGpuEvidence`)."""
+    (the operator config's `requireGpuEvidence`). `steps`: the rollout's decisions of this pass
+    (`core.rollout.decide`); None plans as if every change were released at once (what the
+    reports and the status compare with)."""
     old_owner = facts.policy_label
     owner = assignment.owner
     base = NodePlan(
@@ -330,6 +367,11 @@ def plan_node(
         return replace(base, action="conflict", new_owner=None, new_mode=facts.mode_label)
     if contract.ANN_OWNED in facts.errors:
         return replace(base, action="blocked", problems=(owned_record_unreadable(facts),))
+    # spec.onDelete: Retain (core.adoption): stop managing, leave everything else in place
+    if owner is None and adoption.left_retained(facts):
+        return replace(base, in_sync=True)
+    if owner is None and adoption.retains(old_owner, policies):
+        return replace(base, action="release", patch=adoption.retain_patch(facts))
     owner_policy = policies.get(owner) if owner is not None else None
     policy = owner_policy.policy if owner_policy is not None else None
     cached = desired.get(owner) if desired is not None and owner is not None else None
@@ -346,7 +388,8 @@ def plan_node(
         problems += taint_collisions(facts, want.taints)
     if problems:
         return replace(base, action="blocked", new_mode=want.mode, problems=tuple(problems))
-    patch = diff(facts, want)
+    step = steps.get(facts.name) if steps is not None else None
+    patch = diff(facts, want, step, paced=steps is not None)
     invalid = invalid_writes(facts.name, patch) if patch is not None else []
     if invalid:
         return replace(base, action="blocked", new_mode=want.mode, problems=tuple(invalid))
@@ -358,7 +401,9 @@ def plan_node(
         action = "update"
     else:
         action = "configure"
-    return replace(base, action=action, patch=patch, new_mode=want.mode, in_sync=patch is None)
+    return replace(
+        base, action=action, patch=patch, new_mode=want.mode, in_sync=patch is None, step=step
+    )
 
 
 def _owner_gone(
@@ -400,8 +445,10 @@ def plan_cluster(
     policies: Iterable[ParsedPolicy],
     *,
     require_gpu_evidence: bool = True,
+    steps: Mapping[str, NodeStep] | None = None,
 ) -> ClusterPlan:
-    """Selection and a plan for every node: the whole level-based reconcile, pure."""
+    """Selection and a plan for every node: the whole level-based reconcile, pure (`steps`:
+    the rollout's, see `plan_node`)."""
     by_name = {p.name: p for p in policies}
     selectable = [p.policy for p in by_name.values() if p.usable and p.policy is not None]
     facts = list(nodes)
@@ -409,7 +456,12 @@ def plan_cluster(
     desired = {p.name: desired_for(p) for p in selectable}
     plans = {
         f.name: plan_node(
-            f, assignments[f.name], by_name, desired, require_gpu_evidence=require_gpu_evidence
+            f,
+            assignments[f.name],
+            by_name,
+            desired,
+            require_gpu_evidence=require_gpu_evidence,
+            steps=steps,
         )
         for f in facts
     }

@@ -116,7 +116,7 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
     requested vGPU mode), owner, node, scheduler, containers' images and resources, phase."""
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    return {
+    out: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": compact_meta(pod),
@@ -128,6 +128,16 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
         },
         "status": {k: status[k] for k in ("phase", "reason", "startTime") if k in status},
     }
+    # emptyDir volumes only, where there are any (their data is lost on eviction: the drain of
+    # safe transitions evicts such a pod only with deleteEmptyDirData)
+    empty: list[Obj] = [
+        {"name": v.get("name"), "emptyDir": {}}
+        for v in spec.get("volumes") or []
+        if isinstance(v, Mapping) and "emptyDir" in v
+    ]
+    if empty:
+        out["spec"]["volumes"] = empty
+    return out
 
 
 def gpu_pod(resources: GpuResources) -> Callable[[Mapping[str, Any]], Obj | None]:

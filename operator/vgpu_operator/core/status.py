@@ -4,8 +4,9 @@ Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the 
 - `Ready`: True when every matched node is ready and nothing is wrong;
 - `Reconciling`: True while the operator still has work: writes to send, or node agents to finish;
 - `Stalled`: True when progress needs a person: an invalid spec (reason `InvalidSpec`, the message
-  names the field), nodes with problems (`NodeProblems`: a label or taint collision, an agent
-  that failed, or a node whose writes the apiserver keeps refusing), a conflict (`Conflict`);
+  names the field), nodes with problems (`NodeProblems`: a failed transition (`core.rollout`,
+  its reason), a label or taint collision, an agent that failed, or a node whose writes the
+  apiserver keeps refusing), a conflict (`Conflict`);
 - `Conflict`: present only while some node is selected by this policy and another one of the same
   priority; the message names the nodes and the other policies;
 - conditions computed elsewhere, passed in as `extra_conditions` (e.g. `ConfigConsistent`, from
@@ -31,6 +32,7 @@ from typing import Any, Literal, cast
 
 from pydantic import ValidationError
 
+from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan
 from vgpu_operator.core.validate import ParsedPolicy
@@ -40,6 +42,7 @@ from vgpu_operator.models.policy import (
     NodeProblem,
     VGPUNodePolicyStatus,
 )
+from vgpu_operator.models.rollout import NodeRollout
 
 AGENT_MODES = frozenset({"mig"})
 CONDITION_ORDER = ("Ready", "Reconciling", "Stalled", "Conflict")
@@ -64,12 +67,34 @@ def change_stamp(now: datetime) -> str:
 
 
 def node_ready(facts: NodeFacts, plan: NodePlan, mode: str) -> bool:
-    if not plan.in_sync or plan.problems:
-        return False
+    if not plan.in_sync or plan.problems or contract.ANN_ROLLOUT in facts.annotations:
+        return False  # (a node in a transition is not ready before it ends)
     state = facts.agent_state
     if mode in AGENT_MODES:
         return state == "success"
     return state in (None, "success")
+
+
+def _rollout_problem(facts: NodeFacts) -> NodeProblem | None:
+    """A node whose transition failed (core.rollout): its reason, until the spec changes."""
+    raw = facts.annotations.get(contract.ANN_ROLLOUT)
+    if raw is None:
+        return None
+    try:
+        record = NodeRollout.from_annotation(raw)
+    except (ValidationError, ValueError):
+        return NodeProblem(
+            node=facts.name,
+            reason="RolloutStateUnreadable",
+            message=f"{contract.ANN_ROLLOUT} does not parse; the node is held",
+        )
+    if record is None or not record.failed:
+        return None
+    return NodeProblem(
+        node=facts.name,
+        reason=record.reason,
+        message=_clip(f"{record.message}; the rollout takes no new nodes until the spec changes"),
+    )
 
 
 def _agent_problem(facts: NodeFacts) -> NodeProblem | None:
@@ -143,6 +168,8 @@ def compute_status(
             )
         elif node in failures:
             problems.append(write_problem(node, failures[node]))
+        elif (failed := _rollout_problem(nodes[node])) is not None:
+            problems.append(failed)
         elif (agent := _agent_problem(nodes[node])) is not None:
             problems.append(agent)
         elif node not in ready:

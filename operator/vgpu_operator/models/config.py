@@ -2,11 +2,19 @@
 
 Every name the Volcano scheduler, the HAMi device plugins and the operator must agree on lives
 here once: the four vGPU resource names, `gpuMemoryFactor`, where each ConfigMap, DaemonSet and
-Deployment is, whether the operator writes (`enforce`) or only reports (`report`), how often it
-may restart components, whether Ascend vNPU (HAMi mode) is in use, and the MIG geometry catalog.
+Deployment is, whether the operator writes (`enforce`), writes only the nodes (`report`) or
+nothing but its policies' status and Events (`observe`), what a deleted policy leaves
+(`onDelete`), how often it may restart components, whether Ascend vNPU (HAMi mode) is in use,
+and the MIG geometry catalog.
 
 `load_config(text)` refuses invalid input with one line per problem, naming the field path and
 the fix (`ConfigError`); the operator does not start on it.
+
+Discovery: a namespace, name, data key, container or resource name may be `auto` (a whole
+reference or `resourceNames` too: `deviceConfig: auto`). The operator then resolves it at start
+from the cluster, as the components themselves resolve it (core.discovery), and `doctor` shows
+what it resolved and why. A config holding `auto` is a request, not a value: it is resolved
+before anything reads or writes (`auto_fields`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ RESOURCE_NAME = (
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
+
+# A value resolved from the cluster at start (core.discovery) instead of written here.
+AUTO = "auto"
+AUTO_RESOURCE_NAME = rf"^(?:{AUTO}$|{RESOURCE_NAME[1:]})"
 
 DEFAULT_COUNT_NAME = "volcano.sh/vgpu-number"
 DEFAULT_MEMORY_NAME = "volcano.sh/vgpu-memory"
@@ -80,13 +92,28 @@ DataKey = Annotated[
 ResourceName = Annotated[
     str,
     Field(
-        pattern=RESOURCE_NAME,
+        pattern=AUTO_RESOURCE_NAME,
         max_length=317,
         json_schema_extra=_fix(
-            "use an extended resource name '<domain>/<name>', e.g. volcano.sh/vgpu-number"
+            "use an extended resource name '<domain>/<name>', e.g. volcano.sh/vgpu-number, "
+            "or 'auto' (resolved from the cluster)"
         ),
     ),
 ]
+
+
+def _all_auto(data: Any, fields: tuple[str, ...]) -> Any:
+    """`auto` for a whole reference stands for `auto` in each of its fields."""
+    return dict.fromkeys(fields, AUTO) if data == AUTO else data
+
+
+def _autos(model: BaseModel, prefix: str) -> list[str]:
+    """The aliases (dotted, under `prefix`) of the fields of `model` that are `auto`."""
+    out = []
+    for name, info in type(model).model_fields.items():
+        if getattr(model, name) == AUTO:
+            out.append(f"{prefix}.{info.alias or name}")
+    return out
 
 
 class ConfigMapRef(_Model):
@@ -94,8 +121,16 @@ class ConfigMapRef(_Model):
     name: ObjectName
     key: DataKey
 
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data: Any) -> Any:
+        return _all_auto(data, ("namespace", "name", "key"))
+
     def ref(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    def is_auto(self) -> bool:
+        return AUTO in (self.namespace, self.name, self.key)
 
 
 class WorkloadRef(_Model):
@@ -106,6 +141,14 @@ class WorkloadRef(_Model):
     name: ObjectName
     container: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data: Any) -> Any:
+        return _all_auto(data, ("namespace", "name", "container"))
+
+    def is_auto(self) -> bool:
+        return AUTO in (self.namespace, self.name, self.container)
+
 
 class ResourceNames(_Model):
     count: ResourceName = DEFAULT_COUNT_NAME
@@ -115,9 +158,14 @@ class ResourceNames(_Model):
     )
     cores: ResourceName = DEFAULT_CORES_NAME
 
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data: Any) -> Any:
+        return _all_auto(data, ("count", "memory", "memoryPercentage", "cores"))
+
     @model_validator(mode="after")
     def _distinct(self) -> ResourceNames:
-        names = [self.count, self.memory, self.memory_percentage, self.cores]
+        names = [n for n in self.names() if n != AUTO]  # resolved ones are checked again
         if len(set(names)) != len(names):
             raise _invalid(
                 "",
@@ -125,6 +173,9 @@ class ResourceNames(_Model):
                 "give each its own name",
             )
         return self
+
+    def names(self) -> tuple[str, str, str, str]:
+        return (self.count, self.memory, self.memory_percentage, self.cores)
 
     def is_default(self) -> bool:
         return self == ResourceNames()
@@ -345,10 +396,23 @@ class OperatorConfig(_Model):
         alias="ascendDevicePlugin",
     )
     scheduler: SchedulerRef = Field(default_factory=SchedulerRef)
-    mode: Literal["enforce", "report"] = Field(
+    # enforce: write everything the operator owns; report: write the nodes, only report the
+    # Volcano/HAMi objects; observe: write nothing but the policies' status and Events, and
+    # report what enforce would write, restart or reconfigure (core.observe).
+    mode: Literal["enforce", "report", "observe"] = Field(
         default="enforce",
         json_schema_extra=_fix(
-            "use 'enforce' (write what the operator owns) or 'report' (write nothing)"
+            "use 'enforce' (write what the operator owns), 'report' (write the nodes, report "
+            "the Volcano ConfigMaps) or 'observe' (write nothing, report what enforce would do)"
+        ),
+    )
+    # The default of a policy's spec.onDelete (core.adoption): Retain leaves what the operator
+    # set up in place when a policy is deleted (or the operator uninstalled).
+    on_delete: Literal["Delete", "Retain"] = Field(
+        default="Delete",
+        alias="onDelete",
+        json_schema_extra=_fix(
+            "use 'Delete' (a deleted policy's nodes are cleaned) or 'Retain' (left as they are)"
         ),
     )
     restarts: RestartPolicy = Field(default_factory=RestartPolicy)
@@ -377,6 +441,8 @@ class OperatorConfig(_Model):
         }
         seen: dict[tuple[str, str], str] = {}
         for field, ref in refs.items():
+            if AUTO in ref:
+                continue  # checked again once resolved
             if ref in seen:
                 raise _invalid(
                     field,
@@ -386,6 +452,22 @@ class OperatorConfig(_Model):
                 )
             seen[ref] = field
         return self
+
+    def auto_fields(self) -> list[str]:
+        """Every field that is `auto` (dotted aliases, e.g. `deviceConfig.namespace`): what
+        discovery resolves. Empty: the config is used as written."""
+        parts: list[tuple[BaseModel, str]] = [
+            (self.resource_names, "resourceNames"),
+            (self.device_config, "deviceConfig"),
+            (self.node_config, "nodeConfig"),
+            (self.ascend_node_config, "ascendNodeConfig"),
+            (self.device_plugin, "devicePlugin"),
+            (self.ascend_device_plugin, "ascendDevicePlugin"),
+            (self.scheduler.config_map, "scheduler.configMap"),
+            (self.scheduler.deployment, "scheduler.deployment"),
+            (self.ascend_vnpu.scheduler_device, "ascendVnpu.schedulerDevice"),
+        ]
+        return [path for model, prefix in parts for path in _autos(model, prefix)]
 
 
 # --- loading ---------------------------------------------------------------------------

@@ -275,23 +275,98 @@ class MigSpec(Model):
     model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
-class DrainSpec(Model):
-    """How a node is emptied before a disruptive change (used by safe transitions)."""
+MAX_UNAVAILABLE_PATTERN = r"^([0-9]+|[0-9]{1,2}%|100%)$"
 
-    enabled: bool = True
-    timeout_seconds: Annotated[int, Field(ge=0, le=86400)] = Field(
-        default=600, alias="timeoutSeconds"
+
+class DrainSpec(Model):
+    """How a node is emptied before a disruptive change (a mode or MIG layout change)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Cordon the node, drain its GPU pods and pause its GPU clients before a "
+        "disruptive change. false: none of that, but releases are still limited by "
+        "maxUnavailable and verified.",
     )
-    delete_empty_dir_data: bool = Field(default=False, alias="deleteEmptyDirData")
+    mode: Literal["Evict", "Wait"] = Field(
+        default="Evict",
+        description="Evict: the node's GPU pods are evicted through the Eviction API, which "
+        "respects PodDisruptionBudgets. Wait: the node is released only after its GPU pods end.",
+    )
+    timeout_seconds: Annotated[int, Field(ge=0, le=86400)] = Field(
+        default=600,
+        alias="timeoutSeconds",
+        description="How long the drain may take; then the node fails (onFailure). 0: a node "
+        "with GPU pods fails at once.",
+    )
+    delete_empty_dir_data: bool = Field(
+        default=False,
+        alias="deleteEmptyDirData",
+        description="Evict pods with emptyDir volumes too (their data is lost). false: such a "
+        "pod holds the node until the drain times out, as `kubectl drain` refuses it.",
+    )
+
+
+def max_unavailable_count(value: int | str, nodes: int) -> int:
+    """`maxUnavailable` as a number of nodes of a pool of `nodes`: a percent rounded up, and
+    never less than 1 (a rollout always makes progress)."""
+    if isinstance(value, int):
+        return max(1, value)
+    if value.endswith("%"):
+        percent = int(value[:-1])
+        return max(1, -(-percent * nodes // 100))
+    return max(1, int(value))
 
 
 class RolloutSpec(Model):
-    """Limits for disruptive per-node transitions (a MIG layout or mode change)."""
+    """How configuration changes reach the pool's nodes: a few nodes at a time, each one
+    cordoned, drained, paused, released, verified and uncordoned."""
 
-    max_unavailable: Annotated[str, Field(pattern=r"^([0-9]+|[0-9]{1,2}%|100%)$")] = Field(
-        default="1", alias="maxUnavailable"
+    max_unavailable: (
+        Annotated[int, Field(ge=1, le=100000)]
+        | Annotated[str, Field(pattern=MAX_UNAVAILABLE_PATTERN)]
+    ) = Field(
+        default=1,
+        alias="maxUnavailable",
+        description="Nodes in transition at once (from cordon to uncordon; a failed node still "
+        "counts): a count, or a percent of the pool's nodes rounded up; at least 1.",
     )
     drain: DrainSpec = Field(default_factory=DrainSpec)
+    step_timeout_seconds: Annotated[int, Field(ge=1, le=86400)] = Field(
+        default=600,
+        alias="stepTimeoutSeconds",
+        description="How long each other step (pause, the agent's apply, the plugin's "
+        "registration, resume) may take; then the node fails (onFailure).",
+    )
+    progress_deadline_seconds: Annotated[int, Field(ge=1, le=604800)] = Field(
+        default=3600,
+        alias="progressDeadlineSeconds",
+        description="How long one node's whole transition may take; then it fails. After any "
+        "failure the rollout takes no new nodes until the spec changes (a new generation).",
+    )
+    on_failure: Literal["KeepCordoned", "Uncordon"] = Field(
+        default="KeepCordoned",
+        alias="onFailure",
+        description="What a failed node does: stay cordoned for a person to look at, or be "
+        "uncordoned (only if the operator cordoned it) with its GPU clients resumed.",
+    )
+
+    RULES = (
+        AdmissionRule(
+            "type(self.maxUnavailable) == int ? self.maxUnavailable >= 1 : "
+            "!self.maxUnavailable.matches('^0+%?$')",
+            "maxUnavailable must be at least 1 (or 1%): with 0 no node could ever change",
+            lambda r: (
+                r.max_unavailable >= 1
+                if isinstance(r.max_unavailable, int)
+                else not re.fullmatch(r"0+%?", r.max_unavailable)
+            ),
+            ".maxUnavailable",
+        ),
+    )
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
+
+    def budget(self, nodes: int) -> int:
+        return max_unavailable_count(self.max_unavailable, nodes)
 
 
 _SYSTEM = cel_literal(SYSTEM_KEY_PATTERN)
@@ -355,6 +430,23 @@ class VGPUNodePolicySpec(Model):
         description="Label the pool's nodes nvidia.com/gpu.deploy.mig-manager=false so the GPU "
         "Operator's mig-manager leaves them (one MIG manager per GPU: the node agent applies no "
         "static layout where it is configured); restored when a node leaves the pool.",
+    )
+    # -- adopting a hand-configured cluster and leaving it (core.adoption) --
+    adopt_existing: bool = Field(
+        default=False,
+        alias="adoptExisting",
+        description="A label or taint a node already carries with exactly the value this "
+        "policy wants is never a collision and costs no write. false (the default): it stays "
+        "the user's and is never removed; true: it is recorded as the operator's "
+        "(vgpu.volcano.sh/owned) and removed when the node leaves the pool.",
+    )
+    on_delete: Literal["Delete", "Retain"] | None = Field(
+        default=None,
+        alias="onDelete",
+        description="What deleting this policy does to its nodes. Delete: the operator removes "
+        "what it set (labels, taints, MIG layout). Retain: everything stays as it is and the "
+        "operator only stops managing the nodes (drops its ownership record). Unset: the "
+        "operator config's onDelete (Delete unless set there).",
     )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     suspend: bool = False

@@ -384,7 +384,9 @@ async def test_args_and_placement_go_in_one_patch(fake: FakeApi) -> None:
     [body] = fake.daemonset_patches()
     spec = body["spec"]["template"]["spec"]
     assert set(spec) == {"containers", "nodeSelector", "tolerations"}
-    assert "--gpu-memory-factor=1" in spec["containers"][0]["args"]
+    assert "--device-split-count=10" in spec["containers"][0]["args"]
+    # a flag whose plugin default is the configured value is not added (core.adoption_config)
+    assert "--gpu-memory-factor=1" not in spec["containers"][0]["args"]
 
 
 async def test_a_daemonset_patch_waits_until_what_the_plugin_reads_settles(fake: FakeApi) -> None:

@@ -86,7 +86,7 @@ def test_a_full_file_is_read_with_camel_case_keys() -> None:
             "'vgpu' is not valid",
             "<domain>/<name>",
         ),
-        ("mode: enforced", "mode", "'enforce' or 'report'", "'report' (write nothing)"),
+        ("mode: enforced", "mode", "'enforce', 'report' or 'observe'", "'observe' (write nothing"),
         (
             "scheduler: {configMap: {namespace: Volcano_System, name: a, key: b}}",
             "scheduler.configMap.namespace",

@@ -151,14 +151,9 @@ def test_seed002_plugin_args_are_set_to_the_configured_names() -> None:
     patch = render_plugin_args(ds, load_config("deviceDefaults: {deviceSplitCount: 10}"))
     assert patch == ArgsPatch(
         container="volcano-device-plugin",
-        args=[
-            "--device-split-count=10",
-            "--resource-name=volcano.sh/vgpu-number",
-            "--resource-memory-name=volcano.sh/vgpu-memory",
-            "--resource-core-name=volcano.sh/vgpu-cores",
-            "--device-cores-scaling=1",
-            "--gpu-memory-factor=1",
-        ],
+        # only what differs from what the plugin uses: the other flags' defaults are the
+        # configured values already (core.adoption_config), so they are not added
+        args=["--device-split-count=10", "--resource-name=volcano.sh/vgpu-number"],
     )
     ds["spec"]["template"]["spec"]["containers"][0]["args"] = patch.args
     assert render_plugin_args(ds, OperatorConfig()) is None  # converged

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 import pytest
 
-from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_STARTED, edit, healthy
+from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_CREATED, T_STARTED, edit, healthy
 from vgpu_operator import contract
 from vgpu_operator.controller.app import Controller, Settings
 from vgpu_operator.controller.handlers import Runtime, build_registry, check_registry
@@ -53,7 +53,9 @@ def test_restart_inputs_of_a_consistent_cluster_need_no_restart() -> None:
     assert inputs.scheduler.pod_starts == (t(T_STARTED),)
     assert sorted(p.node for p in inputs.plugin_pods) == ["gpu-a", "gpu-b"]
     assert inputs.plugin_reads_changed == t(T_CHANGED)
-    assert inputs.node_entries_changed == {"gpu-a": t(T_CHANGED), "gpu-b": t(T_CHANGED)}
+    # gpu-a's entry says what its plugin used without one: taken over unchanged, its time the
+    # ConfigMap's last change before (its creation here) (core.adoption_config)
+    assert inputs.node_entries_changed == {"gpu-a": t(T_CREATED), "gpu-b": t(T_CHANGED)}
     plan = plan_restarts(inputs, {}, RestartSettings(), t("2026-02-01T00:00:00Z"))
     assert plan.actions == ()
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from vgpu_operator.contract import ANN_OWNED_ENTRIES
-from vgpu_operator.core import yamlsafe
+from vgpu_operator.core import adoption_config, yamlsafe
 from vgpu_operator.core.render.common import (
     Rendered,
     RenderError,
@@ -274,9 +274,15 @@ def render_node_config(
         for name, rc in released.items()
         if rc is not None and rc.mode in VGPU_MODES
     }
-    return _render(
+    rendered = _render(
         cm, config.node_config, desired, now, "nodeconfig", NODE_FIELDS, _json_load, _json_dump
     )
+
+    def implicit(name: str) -> dict[str, Any]:  # what a plugin uses for a node without entry
+        return node_entry(name, NodeConfig(mode="hami-core"), config.device_defaults)
+
+    key = config.node_config.key  # adopting a hand-made node config (core.adoption_config)
+    return adoption_config.entries_taken_over(rendered, cm, key, desired, implicit)
 
 
 def render_ascend_node_config(

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_operator.core import adoption_config
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano_views import (
     ContainerView,
@@ -78,6 +79,8 @@ def render_plugin_args(daemonset: Mapping[str, Any], config: OperatorConfig) -> 
         current = present.get(name)
         if current is not None and current.value == value:
             continue
+        if current is None and adoption_config.flag_is_default(name, value):
+            continue  # the plugin already uses it: nothing it reads changes
         flag = in_args.get(name)
         if flag is None:
             args.append(f"--{name}={value}")  # also overrides a value set in `command`

@@ -138,6 +138,16 @@ class Placement:
     def ref(self) -> tuple[str, str, str]:
         return ("DaemonSet", self.namespace, self.name)
 
+    @property
+    def adopted(self) -> bool:
+        """The patch is not sent (yet): the DaemonSet already reaches every node labelled for
+        its plugin (tolerating their taints) and no other, as a person placed it. The
+        `plugin-placement` rule notes that it is right by chance; the operator patches once it
+        is not."""
+        return self.patch is not None and not (
+            self.unreached or self.extra or self.added_tolerations
+        )
+
 
 def _toleration(taint: Taint) -> dict[str, str]:
     if taint.value:

@@ -292,7 +292,14 @@ def _placement_issues(s: ClusterSnapshot, p: Placement, what: str) -> Iterator[I
             if s.config.restarts.allowed
             else "the operator does not apply it while restarts.allowed is false"
         )
-        yield (error if severe else warning)(
+        adopted = p.adopted  # the hand-made placement is kept
+        if adopted:
+            restarts = (
+                "the operator keeps the placement found while it is exact, rather than restart "
+                "every plugin pod; it applies the patch once a node needs it, or apply it "
+                "yourself at a moment of your choosing"
+            )
+        yield (error if severe else info if adopted else warning)(
             ds,
             f"the {what} device plugin does not run exactly on the {len(p.served)} node(s) "
             f"labelled {contract.LABEL_DEVICE_PLUGIN}={p.plugin}: " + "; ".join(parts),

@@ -1,0 +1,158 @@
+"""Helpers for the safe-transition cluster tests: GPU pods bound to simulated nodes (kwok runs them,
+the Eviction API and PodDisruptionBudgets are the apiserver's and the controller manager's), and a
+watcher that records every node's transition as the apiserver shows it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from tests.cluster.helpers import eventually
+from vgpu_operator import contract
+from vgpu_operator.kubeapi import NotFound, node_path, request
+from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.models.rollout import NodeRollout
+
+ENDED = ("Succeeded", "Failed")
+DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"  # devtools' kwok-stages-delayed.yaml
+
+
+def pool_spec(pool: str, mode: str = "hami-core", **rollout: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeSelector": {"matchLabels": {"test/pool": pool}}, "mode": mode}
+    if mode == "hami-core":
+        spec["hamiCore"] = {"deviceSplitCount": 10}
+    if rollout:
+        spec["rollout"] = rollout
+    return spec
+
+
+async def gpu_pod(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    node: str,
+    *,
+    labels: dict[str, str] | None = None,
+    complete_after: str | None = None,
+) -> str:
+    """A pod holding a GPU, bound to `node` (what a scheduler would have done); kwok runs it."""
+    meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+    if complete_after is not None:
+        meta["annotations"] = {DELAY_ANNOTATION: complete_after}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "registry.example/train:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    await request(api, "POST", path, body=body, field_manager=None)
+    return f"{namespace}/{name}"
+
+
+async def pod(api: client.ApiClient, key: str) -> dict[str, Any] | None:
+    namespace, _, name = key.partition("/")
+    try:
+        return await request(api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except NotFound:
+        return None
+
+
+async def wait_running(api: client.ApiClient, keys: Iterable[str]) -> None:
+    async def running() -> bool:
+        for key in keys:
+            obj = await pod(api, key)
+            if obj is None or (obj.get("status") or {}).get("phase") != "Running":
+                return False
+        return True
+
+    await eventually(running, timeout=60)
+
+
+def rollout_of(obj: dict[str, Any]) -> NodeRollout | None:
+    annotations = obj["metadata"].get("annotations") or {}
+    return NodeRollout.from_annotation(annotations.get(contract.ANN_ROLLOUT))
+
+
+def config_of(obj: dict[str, Any]) -> NodeConfig | None:
+    annotations = obj["metadata"].get("annotations") or {}
+    return NodeConfig.from_annotation(annotations.get(contract.ANN_CONFIG))
+
+
+def cordoned(obj: dict[str, Any]) -> bool:
+    return (obj.get("spec") or {}).get("unschedulable") is True
+
+
+@dataclass
+class Watcher:
+    """Polls the pool's nodes (then their pods, read after them) every `interval` seconds."""
+
+    api: client.ApiClient
+    nodes: list[str]
+    selector: str  # a label selector listing the nodes
+    pods_of: dict[str, list[str]] = field(default_factory=dict)  # node -> pod keys
+    interval: float = 0.2
+    most: int = 0  # the most nodes seen in transition at once
+    released_with_pods: list[tuple[str, str]] = field(default_factory=list)
+    released_at: dict[str, int] = field(default_factory=dict)  # node -> the sample it was seen
+    samples: int = 0
+    phases: dict[str, list[str]] = field(default_factory=dict)
+
+    async def sample(self, released: str) -> None:
+        # One LIST: every node as of one resourceVersion (GETs one by one could see a node
+        # finish and the next start as if both were in transition).
+        listed = await request(self.api, "GET", node_path(), query={"labelSelector": self.selector})
+        objs = [o for o in listed.get("items", []) if o["metadata"]["name"] in self.nodes]
+        busy = 0
+        newly: list[str] = []
+        for obj in objs:
+            name = obj["metadata"]["name"]
+            r = rollout_of(obj)
+            if r is not None or cordoned(obj):
+                busy += 1
+            if r is not None:
+                seen = self.phases.setdefault(name, [])
+                if not seen or seen[-1] != r.phase:
+                    seen.append(r.phase)
+            config = config_of(obj)
+            if config is not None and config.mode == released and name not in self.released_at:
+                self.released_at[name] = self.samples
+                newly.append(name)
+        for name in newly:  # pods read after the node: one still running outlived the release
+            for key in self.pods_of.get(name, []):
+                obj = await pod(self.api, key)
+                if obj is not None and (obj.get("status") or {}).get("phase") not in ENDED:
+                    self.released_with_pods.append((name, key))
+        self.most = max(self.most, busy)
+        self.samples += 1
+
+    @contextlib.asynccontextmanager
+    async def running(self, released: str) -> AsyncIterator[Watcher]:
+        async def loop() -> None:
+            while True:
+                await self.sample(released)
+                await asyncio.sleep(self.interval)
+
+        task = asyncio.create_task(loop())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

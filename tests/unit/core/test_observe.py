@@ -1,0 +1,100 @@
+"""`mode: observe`, the pure part (core.observe): what enforce would do, said per object."""
+
+from __future__ import annotations
+
+from tests.unit.core.nodekit import DEFAULT_TAINT, node, parsed, policy
+from vgpu_operator import contract
+from vgpu_operator.core.nodefacts import node_facts
+from vgpu_operator.core.nodestate import plan_cluster
+from vgpu_operator.core.observe import (
+    configuration_would_do,
+    describe_patch,
+    disruptive,
+    node_would_do,
+    observed_condition,
+)
+from vgpu_operator.core.plan import ConfigMapChange, Plan, WorkloadPatch
+from vgpu_operator.models.config import load_config
+
+HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
+
+
+def test_each_node_write_is_said_in_words() -> None:
+    fresh = node("fresh", {"pool": "a"}, gpu="rtx4090")
+    by_hand = node(
+        "by-hand",
+        {"pool": "a", "volcano.sh/vgpu.enabled": "true"},
+        taints=[DEFAULT_TAINT],
+        gpu="rtx4090",
+    )
+    clash = node("clash", {"pool": "a", "volcano.sh/vgpu.enabled": "no"}, gpu="rtx4090")
+    facts = {n["metadata"]["name"]: node_facts(n) for n in (fresh, by_hand, clash)}
+    cluster = plan_cluster(facts.values(), parsed([policy("p", HAMI)]))
+    would = {w.name: w for w in node_would_do(cluster, facts)}
+    assert set(would) == {"fresh", "by-hand", "clash"}
+    assert would["fresh"].verb == "write" and would["fresh"].policy == "p"
+    assert "+label volcano.sh/vgpu.enabled=true" in would["fresh"].what
+    assert "+taint volcano.sh/vgpu=hami:NoSchedule" in would["fresh"].what
+    # what a person already set is not written again: only the operator's own bookkeeping
+    hand = would["by-hand"].what
+    assert "volcano.sh/vgpu.enabled" not in hand and "taint" not in hand
+    assert f"+label {contract.LABEL_POLICY}=p" in hand
+    assert would["clash"].verb == "blocked" and "volcano.sh/vgpu.enabled=no" in would["clash"].what
+    assert {w.name for w in disruptive(would.values())} == {"fresh", "clash"}
+
+
+def test_describe_patch_removals_swaps_and_cordon() -> None:
+    raw = node("n", {"a": "1"}, taints=[{"key": "k", "value": "x", "effect": "NoSchedule"}])
+    patch = {
+        "metadata": {"labels": {"a": None, "b": "2"}, "annotations": {"x/y": "z"}},
+        "spec": {
+            "taints": [{"key": "k", "value": "y", "effect": "NoSchedule"}],
+            "unschedulable": True,
+        },
+    }
+    assert describe_patch(node_facts(raw), patch) == (
+        "-label a, +label b=2, +annotation x/y, ~taint k=y:NoSchedule, cordon"
+    )
+
+
+def test_condition_true_when_nothing_would_change_false_listing_it_otherwise() -> None:
+    assert observed_condition("p", [], []) == (
+        "True",
+        "NothingToChange",
+        "observe mode: enforce would change nothing",
+    )
+    status, reason, message = observed_condition("p", [], None)
+    assert status == "True" and "not read yet" in message
+    plan = Plan(
+        configmaps=(
+            ConfigMapChange(
+                "volcano-system",
+                "volcano-vgpu-device-config",
+                create=False,
+                diff="--- a"
+                "\n+++ b\n-  resourceCountName: nvidia.com/gpu\n+  resourceCountName: y\n",
+            ),
+        ),
+        workloads=(
+            WorkloadPatch("DaemonSet", "kube-system", "volcano-device-plugin", ("placement",), {}),
+        ),
+        restarts=(
+            "rollout-deployment volcano-system/volcano-scheduler: its device config changed",
+        ),
+    )
+    cfg = configuration_would_do(plan)
+    assert [(w.kind, w.namespace, w.name, w.verb) for w in cfg] == [
+        ("ConfigMap", "volcano-system", "volcano-vgpu-device-config", "write"),
+        ("DaemonSet", "kube-system", "volcano-device-plugin", "write"),
+        ("Deployment", "volcano-system", "volcano-scheduler", "restart"),
+    ]
+    assert cfg[0].what == "rewrite, 2 changed lines"
+    status, reason, message = observed_condition("p", [], cfg)
+    assert (status, reason) == ("False", "WouldRestart")
+    assert "restart 1" in message and "Deployment volcano-system/volcano-scheduler" in message
+
+
+def test_observe_is_a_mode_of_the_operator_config() -> None:
+    assert load_config("mode: observe\nonDelete: Retain\n").mode == "observe"
+    assert load_config("onDelete: Retain").on_delete == "Retain"
+    assert load_config("").on_delete == "Delete"
