@@ -31,7 +31,7 @@ from vgpu_operator.core.cleanup import (
     operator_taints,
     placement_revert,
 )
-from vgpu_operator.kubeapi.credentials import CredentialsError, resolve
+from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments, resolve
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
 EXIT_LEFT = 1
@@ -47,8 +47,7 @@ def add_subcommand(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, in-cluster, ~/.kube/config")
-    parser.add_argument("--context", help="kubeconfig context")
+    add_connection_arguments(parser)
     parser.add_argument(
         "--config", metavar="FILE", help="operator configuration file (default: built-in)"
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_operator import kubeapi
-from vgpu_operator.kubeapi.credentials import CredentialsError
+from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.config import AUTO, ConfigError, OperatorConfig, load_config
 
 EXIT_CANNOT_RUN = 2
@@ -34,8 +34,7 @@ def add_subcommand(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
-    parser.add_argument("--context", help="kubeconfig context")
+    add_connection_arguments(parser)
     parser.add_argument(
         "--config", metavar="FILE", help="operator configuration file (default: built-in)"
     )

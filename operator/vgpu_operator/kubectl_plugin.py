@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.kubeapi.credentials import CredentialsError
+from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
 Row = tuple[str, ...]
@@ -172,8 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     get = sub.add_parser("get", help="pools and nodes at a glance")
     get.add_argument("what", nargs="?", choices=("all", "pools", "nodes"), default="all")
-    get.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
-    get.add_argument("--context", help="kubeconfig context")
+    add_connection_arguments(get)
     get.add_argument("-A", "--all-nodes", action="store_true", help="also nodes without GPUs")
     get.set_defaults(func=cmd_get)
     from vgpu_operator import doctor, plan

@@ -27,7 +27,7 @@ import yaml
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.core.plan import Plan, plan, proposed
 from vgpu_operator.core.validate import ParsedPolicy, parse_policy
-from vgpu_operator.kubeapi.credentials import CredentialsError
+from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
 EXIT_NO_CHANGE, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -46,8 +46,7 @@ def add_subcommand(sub: Any) -> None:
     )
     parser.add_argument("name", nargs="?", help="a live VGPUNodePolicy")
     parser.add_argument("-f", "--filename", metavar="FILE", help="policy YAML to plan ('-': stdin)")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config or in-cluster")
-    parser.add_argument("--context", help="kubeconfig context")
+    add_connection_arguments(parser)
     parser.add_argument(
         "--config", metavar="FILE", help="operator configuration file (default: built-in)"
     )

@@ -272,3 +272,9 @@ def _bearer(cfg: client.Configuration) -> str | None:
         return None
     text = str(value)
     return text.split(" ", 1)[1] if text.startswith("Bearer ") else text
+
+
+def add_connection_arguments(parser: Any) -> None:
+    """`--kubeconfig` and `--context`, as every command takes them (`resolve`'s order)."""
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, in-cluster, ~/.kube/config")
+    parser.add_argument("--context", help="kubeconfig context")
