@@ -186,6 +186,27 @@ def memory(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+def tree_memory(pid: int) -> tuple[float, float]:
+    """`memory` summed over a process and its live descendants (the operator's rules worker
+    is a process of its own: it belongs to the operator's footprint)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    rss = peak = 0.0
+    for p in tree:
+        with contextlib.suppress(OSError, KeyError):
+            r, h = memory(p)
+            rss, peak = rss + r, peak + h
+    return rss, peak
+
+
 # --- nodes ------------------------------------------------------------------------------------
 
 

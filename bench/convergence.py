@@ -15,7 +15,11 @@ The control plane keeps every node heartbeating with long node leases (bench/ben
 why and how long); each phase has a deadline and says, past it, what it was waiting for;
 SIGTERM, Ctrl-C or a deadline leave no process and no temporary directory behind.
 
-Usage: python bench/convergence.py [N ...]   (default: 500 1000)
+Which run comes second matters: it follows N nodes created and deleted, which the controller
+manager and etcd are still digesting. The floor runs first by default; `--both-orders` also runs
+each N with the operator first (a row each, the `first` column says which).
+
+Usage: python bench/convergence.py [--both-orders] [N ...]   (default: 500 1000)
 """
 
 from __future__ import annotations
@@ -75,6 +79,46 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its live descendants (the operator's rules worker is a
+    child process: its CPU competes for the same cores)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    total = 0.0
+    for p in tree:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(p)
+    return total
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time every process on the machine spent so far (/proc/stat, all but idle/iowait)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    busy = sum(int(v) for i, v in enumerate(fields[:8]) if i not in (3, 4))
+    return busy / CLK_TCK
+
+
+async def idle(pid: int, progress: Progress, busy: float = 0.05, quiet: int = 2) -> None:
+    """Until the process and its children use under `busy` of a core for `quiet` seconds in
+    a row (the caller's phase bounds the wait)."""
+    calm, last = 0, tree_cpu_seconds(pid)
+    while calm < quiet:
+        await asyncio.sleep(1)
+        now = tree_cpu_seconds(pid)
+        calm = calm + 1 if now - last < busy else 0
+        progress(f"the operator to go idle (it used {now - last:.2f} CPU s in the last second)")
+        last = now
 
 
 async def pool_nodes(api: Any, pool: str) -> list[dict[str, Any]]:
@@ -206,7 +250,19 @@ def profile(pid: int, n: int) -> subprocess.Popen[bytes] | None:
     Path(out).mkdir(parents=True, exist_ok=True)
     target = Path(out) / f"operator-{n}.txt"
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    cmd = [spy, "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(target)]
+    cmd = [
+        spy,
+        "record",
+        "-p",
+        str(pid),
+        "--subprocesses",
+        "-f",
+        "raw",
+        "-r",
+        "200",
+        "-o",
+        str(target),
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -334,6 +390,22 @@ def node_patches(
     ]
 
 
+def other_requests(cluster: LocalCluster, offset: int, names: set[str]) -> str:
+    """What else the audit log holds for a run (everyone's writes, the operator's reads),
+    counted by user, verb and resource, leaving out the PATCHes of the pool's Nodes: the
+    requests that compete with the measured ones."""
+    counts: dict[str, int] = {}
+    for e in cluster.audit_events(offset=offset, reads=True):
+        ref = e.get("objectRef") or {}
+        if e.get("verb") == "patch" and ref.get("resource") == "nodes" and ref.get("name") in names:
+            continue
+        user = str((e.get("user") or {}).get("username", "?")).rsplit(":", 1)[-1]
+        key = f"{user} {e.get('verb')} {ref.get('resource')}"
+        counts[key] = counts.get(key, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+    return ", ".join(f"{k} x{v}" for k, v in top) or "none"
+
+
 def received(event: dict[str, Any]) -> float:
     stamp = event["requestReceivedTimestamp"].rstrip("Z")
     return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
@@ -354,9 +426,11 @@ class Convergence:
     operator_s: float
     floor_writes: float  # per node
     operator_writes: float  # per node
-    operator_cpu: float
+    operator_cpu: float  # the operator process and its children (the rules worker)
     apiserver_cpu: tuple[float, float]  # floor, operator
+    machine_cpu: tuple[float, float]  # every process on the machine: floor, operator
     spans: tuple[str, str]
+    first: str  # which of the two ran first: "floor" or "operator"
 
     @property
     def ratio(self) -> float:
@@ -364,18 +438,19 @@ class Convergence:
 
 
 HEADER = (
-    f"{'N':>6} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
+    f"{'N':>6} {'first':>8} {'floor s':>8} {'operator s':>10} {'ratio':>6} "
     f"{'floor w/node':>12} {'op w/node':>9} "
-    f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26} "
+    f"{'op cpu s':>8} {'apiserver cpu s (floor/op)':>26} {'machine cpu s (floor/op)':>24} "
     f"{'PATCHes received at s (floor; op)':>34}"
 )
 
 
 def row(c: Convergence) -> str:
     return (
-        f"{c.n:>6} {c.floor_s:>8.2f} {c.operator_s:>10.2f} {c.ratio:>6.2f} "
+        f"{c.n:>6} {c.first:>8} {c.floor_s:>8.2f} {c.operator_s:>10.2f} {c.ratio:>6.2f} "
         f"{c.floor_writes:>12.2f} {c.operator_writes:>9.2f} "
         f"{c.operator_cpu:>8.1f} {c.apiserver_cpu[0]:>12.1f} / {c.apiserver_cpu[1]:<11.1f} "
+        f"{c.machine_cpu[0]:>11.1f} / {c.machine_cpu[1]:<10.1f} "
         f"{c.spans[0]:>16}; {c.spans[1]:<16}"
     )
 
@@ -384,37 +459,55 @@ def converge_deadline(n: int) -> float:
     return 120 + n * 0.2
 
 
-async def convergence(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -> Convergence:
-    """The floor runs first with no operator (its nodes would otherwise look like nodes of a
-    deleted policy to the operator, which would release them); then its nodes are deleted,
-    the operator's pool is created, the operator starts, settles, and the policy is created."""
+@dataclass
+class Run:
+    seconds: float
+    began: float  # wall clock
+    writes: list[dict[str, Any]]  # the PATCHes of the pool's nodes (audit log)
+    cpu: float  # the operator and its children (0 for the floor)
+    apiserver_cpu: float
+    machine_cpu: float
+
+
+async def floor_run(api: Any, cluster: LocalCluster, n: int) -> Run:
+    """The bare client's PATCHes over a pool of its own (created, timed, deleted)."""
     apiserver = cluster.pids["kube-apiserver"]
-    # One pool at a time, so that both runs have the same N nodes heartbeating.
     pool, names = await make_pool(api, "floor", n)
     facts = [node_facts(x) for x in await pool_nodes(api, pool)]
     plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
     offset = cluster.audit_offset()
-    cpu0 = cpu_seconds(apiserver)
-    floor_s, floor_t0 = await phase(
+    cpu0, machine0 = cpu_seconds(apiserver), machine_cpu_seconds()
+    seconds, began = await phase(
         f"floor over {n} nodes",
         converge_deadline(n),
         lambda progress: converge(api, pool, n, floor_writes(api, pool, plans), progress),
     )
-    floor_api_cpu = cpu_seconds(apiserver) - cpu0
-    floor_w = node_patches(cluster, "admin", offset, names)
+    api_cpu, machine = cpu_seconds(apiserver) - cpu0, machine_cpu_seconds() - machine0
+    writes = node_patches(cluster, "admin", offset, names)
+    log(f"floor over {n} nodes, other requests: {other_requests(cluster, offset, names)}")
     await phase(f"deleting {n} floor nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names))
+    return Run(seconds, began, writes, 0.0, api_cpu, machine)
 
+
+async def operator_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -> Run:
+    """`vgpu-operator run` over a pool of its own: started, idle, then the policy is created
+    and timed; the operator is stopped and the pool deleted before the next run (no operator
+    runs beside a floor run: the floor's nodes would look to it like a deleted policy's)."""
+    apiserver = cluster.pids["kube-apiserver"]
     pool, names = await make_pool(api, "op", n)
     operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
     try:
         # The initial listing of every node and the first pass (no writes) are
         # start-up, not convergence: over before the clock starts.
         await phase(f"operator start-up over {n} nodes", 300, operator.wait_first_pass)
-        await asyncio.sleep(2)
+        # Its first configuration pass, the rules and the pod listing may still be running
+        # after the first node pass: the clock starts once the operator is idle.
+        await phase(f"operator idle over {n} nodes", 120, lambda p: idle(operator.proc.pid, p))
         offset = cluster.audit_offset()
         profiler = profile(operator.proc.pid, n)
-        cpu0, op0 = cpu_seconds(apiserver), cpu_seconds(operator.proc.pid)
-        op_s, op_t0 = await phase(
+        cpu0, op0 = cpu_seconds(apiserver), tree_cpu_seconds(operator.proc.pid)
+        machine0 = machine_cpu_seconds()
+        seconds, began = await phase(
             f"operator over {n} nodes",
             converge_deadline(n),
             lambda progress: converge(api, pool, n, create_policy(api, pool), progress),
@@ -422,29 +515,55 @@ async def convergence(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int)
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
-        op_api_cpu = cpu_seconds(apiserver) - cpu0
-        op_cpu = cpu_seconds(operator.proc.pid) - op0
+        api_cpu, machine = cpu_seconds(apiserver) - cpu0, machine_cpu_seconds() - machine0
+        op_cpu = tree_cpu_seconds(operator.proc.pid) - op0
         await asyncio.sleep(1)
-        op_w = node_patches(cluster, OPERATOR_USER, offset, names)
+        writes = node_patches(cluster, OPERATOR_USER, offset, names)
+        log(f"operator over {n} nodes, other requests: {other_requests(cluster, offset, names)}")
     finally:
         operator.stop()
-    # Leave nothing for the next run's operator to clean up at its start.
     await phase(f"deleting {n} operator nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names))
     with contextlib.suppress(kubeapi.NotFound):
         await kubeapi.request(api, "DELETE", kubeapi.policy_path(f"bench-{pool}"))
+    return Run(seconds, began, writes, op_cpu, api_cpu, machine)
+
+
+async def convergence(
+    api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, operator_first: bool = False
+) -> Convergence:
+    """One floor run and one operator run over N nodes, one pool at a time (both runs have
+    the same N nodes heartbeating). The second run of the two comes after N nodes were
+    created and deleted (the controller manager and etcd still digesting them):
+    `operator_first` swaps the order, to show what the order costs."""
+    if operator_first:
+        op = await operator_run(api, cluster, kubeconfig, n)
+        floor = await floor_run(api, cluster, n)
+    else:
+        floor = await floor_run(api, cluster, n)
+        op = await operator_run(api, cluster, kubeconfig, n)
     return Convergence(
         n,
-        floor_s,
-        op_s,
-        len(floor_w) / n,
-        len(op_w) / n,
-        op_cpu,
-        (floor_api_cpu, op_api_cpu),
-        (span(floor_w, floor_t0), span(op_w, op_t0)),
+        floor.seconds,
+        op.seconds,
+        len(floor.writes) / n,
+        len(op.writes) / n,
+        op.cpu,
+        (floor.apiserver_cpu, op.apiserver_cpu),
+        (floor.machine_cpu, op.machine_cpu),
+        (span(floor.writes, floor.began), span(op.writes, op.began)),
+        "operator" if operator_first else "floor",
     )
 
 
-async def main(sizes: list[int]) -> None:
+def sizes_and_orders(argv: list[str], default: list[int]) -> tuple[list[int], list[bool]]:
+    """`[--both-orders] [N ...]`: the sizes, and for each the orders to run (floor first;
+    with --both-orders, then the operator first too)."""
+    both = "--both-orders" in argv
+    sizes = [int(a) for a in argv if a != "--both-orders"] or default
+    return sizes, [False, True] if both else [False]
+
+
+async def main(sizes: list[int], orders: list[bool]) -> None:
     profiling = bool(os.environ.get("BENCH_PROFILE"))
     log(f"machine: {machine()}")
     with bench_cluster(profiling=profiling) as cluster:
@@ -457,8 +576,10 @@ async def main(sizes: list[int]) -> None:
             kubeconfig = Path(credentials.kubeconfig)
             print(HEADER, flush=True)
             for n in sizes:
-                print(row(await convergence(api, cluster, kubeconfig, n)), flush=True)
+                for operator_first in orders:
+                    c = await convergence(api, cluster, kubeconfig, n, operator_first)
+                    print(row(c), flush=True)
 
 
 if __name__ == "__main__":
-    run(lambda: main([int(a) for a in sys.argv[1:]] or [500, 1000]))
+    run(lambda: main(*sizes_and_orders(sys.argv[1:], [500, 1000])))

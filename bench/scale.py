@@ -8,13 +8,14 @@ only), then, one at a time:
   measured once it has seen every pod and 5 s more;
 - `vgpu-operator run` (its own process, the chart's RBAC, as in the convergence runs), measured
   once its pod index has listed (and holds every GPU pod), its first pass is done, and 5 s more.
-Both figures are resident memory (VmRSS) with the peak (VmHWM) beside it, in MiB.
+Both figures are resident memory (VmRSS) with the peak (VmHWM) beside it, in MiB; the
+operator's also with its rules worker (a process of its own, `controller/rules_worker.py`) added.
 
 Order: every convergence first (their pools are created and deleted: no pods around them), then
 the memory phases, growing one pool of nodes and pods to each N in turn. Node leases, deadlines
 and clean exits: bench/benchkit.py.
 
-Usage: python bench/scale.py [N ...]   (default: 1000 5000)
+Usage: python bench/scale.py [--both-orders] [N ...]   (default: 1000 5000)
 """
 
 from __future__ import annotations
@@ -42,8 +43,17 @@ from benchkit import (
     memory,
     phase,
     run,
+    tree_memory,
 )
-from convergence import HEADER, Convergence, OperatorProcess, convergence, node_deadline, row
+from convergence import (
+    HEADER,
+    Convergence,
+    OperatorProcess,
+    convergence,
+    node_deadline,
+    row,
+    sizes_and_orders,
+)
 from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import install_operator_access
 from vgpu_devcluster.nodes import NodeSpec
@@ -62,6 +72,7 @@ class Memory:
     pods: int
     gpu_pods: int
     operator: tuple[float, float]  # RSS, peak RSS (MiB)
+    operator_tree: tuple[float, float]  # the same with its rules worker process
     kopf: tuple[float, float]
 
 
@@ -231,6 +242,12 @@ async def settled_memory(pid: int) -> tuple[float, float]:
     return memory(pid)
 
 
+async def settled_tree_memory(pid: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The process's memory and its tree's (with its children), read together after SETTLE."""
+    await asyncio.sleep(SETTLE)
+    return memory(pid), tree_memory(pid)
+
+
 async def memory_run(
     api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, have_nodes: int, have_pods: int
 ) -> Memory:
@@ -271,40 +288,45 @@ async def memory_run(
                 progress,
             ),
         )
-        op_mem = await settled_memory(operator.proc.pid)
+        op_mem, op_tree = await settled_tree_memory(operator.proc.pid)
     finally:
         operator.stop()
-    return Memory(n, pods, gpu_pods, op_mem, kopf_mem)
+    return Memory(n, pods, gpu_pods, op_mem, op_tree, kopf_mem)
 
 
-def table(conv: dict[int, Convergence], mem: dict[int, Memory]) -> str:
+def table(conv: dict[int, list[Convergence]], mem: dict[int, Memory]) -> str:
+    """One row per convergence run (with --both-orders, two per N: `first` says which of the
+    floor and the operator ran first); the memory of N on its first row."""
     lines = [
-        "| N nodes | floor s | operator s | ratio | writes/node floor / operator | pods "
-        "(GPU) | operator RSS MiB (peak) | bare Kopf RSS MiB (peak) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| N nodes | first | floor s | operator s | ratio | writes/node floor / operator | pods "
+        "(GPU) | operator RSS MiB (peak) | with its rules worker | bare Kopf RSS MiB (peak) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in sorted(set(conv) | set(mem)):
-        c, m = conv.get(n), mem.get(n)
-        conv_cells = (
-            f"{c.floor_s:.2f} | {c.operator_s:.2f} | {c.ratio:.2f} | "
-            f"{c.floor_writes:.2f} / {c.operator_writes:.2f}"
-            if c
-            else "not completed | | |"
-        )
+        m = mem.get(n)
         mem_cells = (
             f"{m.pods:,} ({m.gpu_pods:,}) | {m.operator[0]:.0f} ({m.operator[1]:.0f}) | "
+            f"{m.operator_tree[0]:.0f} ({m.operator_tree[1]:.0f}) | "
             f"{m.kopf[0]:.0f} ({m.kopf[1]:.0f})"
             if m
-            else "not completed | |"
+            else "not completed | | |"
         )
-        lines.append(f"| {n:,} | {conv_cells} | {mem_cells} |")
+        runs: list[Convergence | None] = [*conv.get(n, [])] or [None]
+        for k, c in enumerate(runs):
+            conv_cells = (
+                f"{c.first} | {c.floor_s:.2f} | {c.operator_s:.2f} | {c.ratio:.2f} | "
+                f"{c.floor_writes:.2f} / {c.operator_writes:.2f}"
+                if c
+                else "| not completed | | |"
+            )
+            lines.append(f"| {n:,} | {conv_cells} | {mem_cells if k == 0 else '| | |'} |")
     return "\n".join(lines)
 
 
-async def main(sizes: list[int]) -> None:
+async def main(sizes: list[int], orders: list[bool]) -> None:
     log(f"machine: {machine()}")
     log(f"kwok node leases {LEASE_SECONDS}s, node-monitor-grace-period {GRACE}")
-    conv: dict[int, Convergence] = {}
+    conv: dict[int, list[Convergence]] = {}
     mem: dict[int, Memory] = {}
     try:
         with bench_cluster() as cluster:
@@ -316,8 +338,10 @@ async def main(sizes: list[int]) -> None:
                 kubeconfig = Path(credentials.kubeconfig)
                 print(HEADER, flush=True)
                 for n in sizes:
-                    conv[n] = await convergence(api, cluster, kubeconfig, n)
-                    print(row(conv[n]), flush=True)
+                    for operator_first in orders:
+                        c = await convergence(api, cluster, kubeconfig, n, operator_first)
+                        conv.setdefault(n, []).append(c)
+                        print(row(c), flush=True)
                 have_nodes = have_pods = 0
                 for n in sizes:
                     mem[n] = await memory_run(api, cluster, kubeconfig, n, have_nodes, have_pods)
@@ -325,7 +349,8 @@ async def main(sizes: list[int]) -> None:
                     m = mem[n]
                     print(
                         f"memory N={n} pods={m.pods} gpu={m.gpu_pods}: operator "
-                        f"{m.operator[0]:.0f} MiB (peak {m.operator[1]:.0f}), bare Kopf "
+                        f"{m.operator[0]:.0f} MiB (peak {m.operator[1]:.0f}; with its rules "
+                        f"worker {m.operator_tree[0]:.0f}), bare Kopf "
                         f"{m.kopf[0]:.0f} MiB (peak {m.kopf[1]:.0f})",
                         flush=True,
                     )
@@ -335,4 +360,4 @@ async def main(sizes: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    run(lambda: main([int(a) for a in sys.argv[1:]] or [1000, 5000]))
+    run(lambda: main(*sizes_and_orders(sys.argv[1:], [1000, 5000])))

@@ -1,7 +1,9 @@
 """The pure part of a simulated HAMi volcano-vgpu device plugin, for tests.
 
-The real plugin needs NVML and a kubelet. For a node with simulated GPUs this computes what the
-real one would write when its pod starts (reference §1.2 precedence, §2, §3.3, §3.4):
+The real plugin needs NVML and a kubelet. For a node with simulated GPUs this computes what the real
+one would write when its pod starts
+(Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/util.go `LoadNvidiaConfig` precedence and
+`readFromConfigFile`, pkg/rm/rm.go, pkg/util/types.go):
 - the node annotation `volcano.sh/node-vgpu-register`, one record per GPU sorted by index,
   `<GPU-UUID>,<split count>,<MiB / gpuMemoryFactor>,NVIDIA-<NVML name>,true,<mode>:`, with
   GPUs in `filterdevices` left out and the mode from the node's `config.json` entry;

@@ -2,23 +2,26 @@
 
 Run as `python -m vgpu_devcluster.fakesmi ARGS...` (fakesmi_state.write_wrapper puts an
 executable `nvidia-smi` script into a directory), with the simulated GPUs of one node in the JSON
-file named by `FAKE_NVIDIA_SMI_STATE` (fakesmi_state.init_state creates it). Output follows
-mig-anchors.md §3 character for character (tested against the samples); profiles, IDs, memory
-and placements come from core.mig_catalog, the table the planner uses too.
+file named by `FAKE_NVIDIA_SMI_STATE` (fakesmi_state.init_state creates it). Output follows the
+samples of the MIG user guide
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html) and of
+NVIDIA/gpu-operator#118 and NVIDIA/mig-parted#181 character for character (tested against them);
+profiles, IDs, memory and placements come from core.mig_catalog, the table the planner uses too.
 
-State machine (ref §1.6, §2.4, §3.1) and the conservative choices where the reference is silent:
+State machine (MIG user guide; NVIDIA/mig-parted#9, NVIDIA/gpu-operator#118, NVIDIA/gpu-operator
+PR #2603) and the conservative choices where those sources are silent:
 - MIG mode: Hopper switches at once. Ampere switches at once too when nothing holds the GPU: the
   driver resets it itself ("the driver will attempt to reset the GPU so that MIG mode can take
   effect", MIG user guide; NVIDIA/gpu-operator PR #2603), logged as a `reset` effect. It goes
-  pending with the reference's warning ("Reboot the system or try nvidia-smi --gpu-reset") when
+  pending with the MIG user guide's warning ("Reboot the system or try nvidia-smi --gpu-reset") when
   the GPU cannot be reset (`reset_supported` false: passthrough). With compute processes on the
   GPU (or `reset_blocked_by` set, or instances left when disabling) the mode goes pending "In use
   by another client" on any architecture. Output ends `All done.` and exit code 0 either way
-  (ref: "the reliable signal is querying current vs pending mode").
-- `-r`: refused while processes run or a client holds the GPU (ref text, exit 255); "Resetting
-  GPU ... is not supported." when `reset_supported` is false (exit 3, UNCONFIRMED code). A reset
-  removes every instance of the GPU; on Ampere it makes the pending mode current, on Hopper it
-  clears MIG mode (fakesmi_state.after_reset; a reboot does the same).
+  (only the current and pending modes read back tell what happened).
+- `-r`: refused while processes run or a client holds the GPU (text of NVIDIA/mig-parted#181, exit
+  255); "Resetting GPU ... is not supported." when `reset_supported` is false (exit 3, UNCONFIRMED
+  code). A reset removes every instance of the GPU; on Ampere it makes the pending mode current, on
+  Hopper it clears MIG mode (fakesmi_state.after_reset; a reboot does the same).
 - `mig -cgi ... -C` creates the GPU instance's default compute instance: on Hopper's 1g
   double-memory profiles that is CI profile 7, not 0 (core.mig_catalog.HOPPER_1G_CI); `mig
   -lcip` lists each GPU instance's compute-instance profiles with the default marked `*`, and

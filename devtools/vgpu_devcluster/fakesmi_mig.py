@@ -1,14 +1,17 @@
 """The `nvidia-smi mig ...` half of the fake: list, create and destroy instances.
 
-Behaviour (mig-anchors.md §3.3-§3.7) and the conservative choices where the reference is silent:
-- creating without a placement uses a "least damage" first fit: the start that leaves the most
-  legal placements of all profiles open, lowest start on a tie. This reproduces every documented
-  outcome: `-cgi 19,19,14,9` fails with Insufficient Resources on A100-40GB while `9,19,14,19`
-  succeeds (ref §1.4), `-cgi 9,3g.20gb -C` yields GPU instance IDs 2 then 1 (ref §3.5), seven
-  1g get IDs 13,11,12,7,8,9,10 (ref §3.5). GI IDs follow core.mig_catalog.gi_heap_id.
+Behaviour as in the MIG user guide
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html), and the
+conservative choices where it is silent:
+- creating without a placement uses a "least damage" first fit: the start that leaves the most legal
+  placements of all profiles open, lowest start on a tie. This reproduces every documented outcome:
+  `-cgi 19,19,14,9` fails with Insufficient Resources on A100-40GB while `9,19,14,19` succeeds
+  ("Example 2: Creation of a 3-2-1-1 geometry"), `-cgi 9,3g.20gb -C` yields GPU instance IDs 2 then
+  1, seven 1g get IDs 13,11,12,7,8,9,10 (the guide's listings). GI IDs follow
+  core.mig_catalog.gi_heap_id.
 - an explicit placement (`-cgi 9:4`) is honoured or fails with Insufficient Resources.
-- a GPU instance with compute instances, and any instance a process runs on, is "In use by
-  another client" (ref §3.7); a process without a `gi` counts as using every instance of its GPU.
+- a GPU instance with compute instances, and any instance a process runs on, is "In use by another
+  client" (MIG user guide); a process without a `gi` counts as using every instance of its GPU.
 - listing or creating on a GPU whose MIG mode is off prints `No MIG-enabled devices found.`
   (exit 6); nothing to destroy prints the `Not Found` line of the listings (exit 6). UNCONFIRMED
   wording, chosen to fail loudly.
@@ -34,7 +37,7 @@ from vgpu_devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
 from vgpu_operator.core.mig_catalog import MigProfile, gi_heap_id
 
 RC_NOT_FOUND = 6
-RC_INSUFFICIENT = 23  # harvester/harvester#11636 (ref §4.7): "nvidia-smi exit code 23"
+RC_INSUFFICIENT = 23  # harvester/harvester#11636: "nvidia-smi exit code 23"
 RC_OTHER = 255
 IN_USE = "In use by another client"
 NO_MIG_ENABLED = "No MIG-enabled devices found."
@@ -68,7 +71,8 @@ def run_mig(state: NodeState, gpus: list[GpuState], a: MigArgs) -> Result:
         capable = [g for g in gpus if model_of(g).mig_capable]
         if not capable:
             return Result("No MIG-supported devices found.", RC_NOT_FOUND)
-        # drivers up to 535 cannot list profiles while MIG is off (ref §1.6)
+        # drivers up to 535 cannot list profiles while MIG is off
+        # (NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `ErrNoProfilesDiscovered`)
         shown = [g for g in capable if g["mig_current"] or driver_major(state) > 535]
         if not shown:
             return Result(NO_MIG_ENABLED, RC_NOT_FOUND)

@@ -1,8 +1,9 @@
-"""Output of the fake nvidia-smi, column for column as the samples in mig-anchors.md §3.
+"""Output of the fake nvidia-smi, column for column as the samples of the MIG user guide.
 
-Column positions were measured on the reference samples (and on the wider tables of newer
-drivers the reference describes in §3.3): `mig -lgip` is 79 columns before driver 525 and 81
-after, `mig -lgi` 54 and 59, `mig -lci` 70. The golden tests compare this output with the samples
+Column positions were measured on the samples of the MIG user guide
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html) (and on the
+wider tables of newer drivers in public listings): `mig -lgip` is 79 columns before driver 525 and
+81 after, `mig -lgi` 54 and 59, `mig -lci` 70. The golden tests compare this output with the samples
 character for character.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from vgpu_devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
 from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES, GPU_MODELS, GpuModel, MigProfile
 
-# Driver R510 printed other GiB values for A100-40GB than current drivers (ref §3.3 sample:
+# Driver R510 printed other GiB values for A100-40GB than current drivers (MIG user guide sample:
 # 2g.10gb 9.75, 7g.40gb 39.50; current: 9.62, 39.25), and 19.62 for 3g.20gb and 4g.20gb (a real
 # R510 listing of an A100-PCIE-40GB, yokatayama/e-learning@5b608b4:vmware/tkgs/
 # nvidia-ai-enterprise/mig-enabled/README.md).
@@ -72,11 +73,11 @@ def used_slices(gpu: GpuState) -> tuple[set[int], int]:
 
 def ci_profiles(gpu: GpuState, gi: GiState) -> list[tuple[int, str, int, bool]]:
     """The compute-instance profiles of a GPU instance as `mig -lcip` lists them:
-    (CI profile ID, name, compute slices, the default `*`). Partial ones first (`1c.3g.20gb`),
-    the full one last and marked default, as in the listings of a 2g, 3g and 4g instance in
-    yokatayama/e-learning@5b608b4 (see _R510_GIB) and ref §3.6 (`1c.3g.20gb 0`, `2c.3g.20gb 1`,
-    `3g.20gb 2*`). Which partial sizes a 7g instance offers (1c-4c) is reconstructed from the
-    names mig-parted knows (`1c.7g.40gb` ... `4c.7g.40gb`)."""
+    (CI profile ID, name, compute slices, the default `*`). Partial ones first (`1c.3g.20gb`), the
+    full one last and marked default, as in the listings of a 2g, 3g and 4g instance in
+    yokatayama/e-learning@5b608b4 (see _R510_GIB) and the MIG user guide's `-lcip -gi 1`
+    (`1c.3g.20gb 0`, `2c.3g.20gb 1`, `3g.20gb 2*`). Which partial sizes a 7g instance offers (1c-4c)
+    is reconstructed from the names mig-parted knows (`1c.7g.40gb` ... `4c.7g.40gb`)."""
     p = model_of(gpu).profile(gi["profile_id"])
     if p is None:
         return []
@@ -285,7 +286,8 @@ def render_lcip(gpus: list[GpuState], gi_filter: set[int] | None) -> str:
 
 
 def render_list(gpus: list[GpuState]) -> str:
-    """`nvidia-smi -L` (current drivers' spacing, ref §3.8)."""
+    """`nvidia-smi -L` (current drivers' spacing, as in NVIDIA/cloud-native-docs@52dcb7b8d956:
+    gpu-operator/manifests/output/mig-mixed-nvidia-smi.txt)."""
     lines = []
     for gpu in gpus:
         lines.append(f"GPU {gpu['index']}: {model_of(gpu).nvml_name} (UUID: {gpu['uuid']})")

@@ -11,7 +11,8 @@ Knobs in the file (helpers below set them):
   than the caller's (the caller's is `FAKE_NVIDIA_SMI_PID_NAMESPACE`, unset = the host's, which
   sees every process): `hidden` (not listed) or `not_found` (listed by host PID, named
   `[Not Found]`). Both are reported from containers without the host PID namespace;
-- `gpus[i].reset_supported: false`: GPU reset not supported (passthrough, ref §1.6);
+- `gpus[i].reset_supported: false`: GPU reset not supported (passthrough, MIG user guide;
+  NVIDIA/mig-parted#9);
 - `gpus[i].reset_blocked_by`: a non-compute client holding the GPU (e.g. nvidia-persistenced):
   resets are refused and MIG mode changes stay pending;
 - `inject`: `{match, error, times}`: the next `times` calls whose argument line contains `match`
@@ -22,7 +23,8 @@ Knobs in the file (helpers below set them):
   ends both); `detached`: that child is in a session of its own, so killing the call's process
   group does not end it and the output pipe stays open: a call that cannot be ended;
 - `driver_version`: below 525 the tables use the older layout and profiles newer than the driver
-  are hidden; up to 535 `mig -lgip` lists nothing for a GPU whose MIG mode is off (ref §1.6).
+  are hidden; up to 535 `mig -lgip` lists nothing for a GPU whose MIG mode is off
+  (NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `ErrNoProfilesDiscovered`).
 """
 
 from __future__ import annotations
@@ -276,8 +278,9 @@ def clear_knobs(path: str | os.PathLike[str]) -> None:
 
 
 def reboot(path: str | os.PathLike[str]) -> None:
-    """A node reboot: instances and processes are gone (ref §1.5). On Ampere the pending MIG mode
-    takes effect and persists (ref §2.4: "MIG mode survives a reboot on Ampere via an InfoROM
+    """A node reboot: instances and processes are gone (MIG user guide: "the created MIG devices
+    are not persistent across system reboots"). On Ampere the pending MIG mode takes effect and
+    persists (NVIDIA/gpu-operator#2603: "MIG mode survives a reboot on Ampere via an InfoROM
     status bit"); on Hopper and later MIG mode is gone (core.mig_catalog.arch_for_name)."""
     with edit(path) as s:
         for g in s["gpus"]:

@@ -4,8 +4,10 @@ let it (tests and the demo both use this)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ OPERATOR_SERVICE_ACCOUNT = "vgpu-operator"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
 AGENT_SERVICE_ACCOUNT = "vgpu-operator-agent"
 AGENT_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
+CLEANUP_SERVICE_ACCOUNT = "vgpu-operator-cleanup"  # the pre-delete hook's (cleanup-hook.yaml)
+CLEANUP_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{CLEANUP_SERVICE_ACCOUNT}"
 
 _PLURALS = {
     "Namespace": "namespaces",
@@ -46,14 +50,14 @@ _PLURALS = {
 VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 OPERATOR_ADMISSION_POLICY = "vgpu-operator-objects"
 AGENT_ADMISSION_POLICY = "vgpu-operator-agent-own-node"
-# What install_operator_access installs from the chart (the agent's admission policy is
-# installed by `install_agent_admission`: it admits only tokens bound to a pod on the node).
+# What install_operator_access installs from the chart, with the Roles of rbac-roles.yaml
+# (`install_operator_roles`; the agent's admission policy is installed by
+# `install_agent_admission`: it admits only tokens bound to a pod on the node).
 OPERATOR_TEMPLATES = (
     "serviceaccount.yaml",
     "clusterrole.yaml",
     "clusterrolebinding.yaml",
     "leader-election-rbac.yaml",
-    "rbac-roles.yaml",
     "admission-policies.yaml",
 )
 
@@ -111,24 +115,42 @@ def render_chart(
 
 async def install_operator_access(api: client.ApiClient, directory: Path) -> Credentials:
     """CRDs, namespace, ServiceAccount and RBAC from the chart; a kubeconfig in `directory`
-    with the ServiceAccount's token."""
+    with the ServiceAccount's token. Returns once the RBAC is in force (`wait_granted`)."""
     for f in sorted(crds_dir().glob("*.yaml")):
         await apply(api, yaml.safe_load(f.read_text()))
     await apply(
         api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     )
     docs = render_chart(*OPERATOR_TEMPLATES)
-    # The Roles' namespaces (Volcano's and HAMi's) exist where Volcano is installed; here they
-    # may not yet.
-    for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"}):
-        await ensure_namespace(api, namespace)
+    docs = [d for d in docs if d["metadata"]["name"] != AGENT_ADMISSION_POLICY]
     for doc in docs:
-        if doc["metadata"]["name"] == AGENT_ADMISSION_POLICY:
-            continue
         await apply(api, doc)
+    await install_operator_roles(api, {})
     credentials = await service_account_credentials(api, OPERATOR_SERVICE_ACCOUNT, directory)
     await wait_crds_established(api)
+    await wait_granted(api, docs)
     return credentials
+
+
+async def install_operator_roles(
+    api: client.ApiClient, values: dict[str, Any], namespaces: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """The controller's Roles on the Volcano/HAMi objects (rbac-roles.yaml) as the chart renders
+    them for `values` (`config.*`: the values the test's operator configuration is rendered
+    from), only those in `namespaces` when given, their namespaces created when missing; returns
+    what it applied, once it is in force (`wait_granted`). The Roles' namespaces (Volcano's and
+    HAMi's) exist where Volcano is installed; on a test cluster they may not yet."""
+    docs = [
+        d
+        for d in render_chart("rbac-roles.yaml", values=values)
+        if not namespaces or d["metadata"]["namespace"] in namespaces
+    ]
+    for namespace in sorted({d["metadata"]["namespace"] for d in docs}):
+        await ensure_namespace(api, namespace)
+    for doc in docs:
+        await apply(api, doc)
+    await wait_granted(api, docs)
+    return docs
 
 
 async def install_agent_access(api: client.ApiClient, directory: Path) -> Credentials:
@@ -137,9 +159,77 @@ async def install_agent_access(api: client.ApiClient, directory: Path) -> Creden
     await apply(
         api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     )
-    for doc in render_chart("agent-serviceaccount.yaml", "agent-rbac.yaml"):
+    docs = render_chart("agent-serviceaccount.yaml", "agent-rbac.yaml")
+    for doc in docs:
         await apply(api, doc)
-    return await service_account_credentials(api, AGENT_SERVICE_ACCOUNT, directory)
+    credentials = await service_account_credentials(api, AGENT_SERVICE_ACCOUNT, directory)
+    await wait_granted(api, docs)
+    return credentials
+
+
+async def install_cleanup_access(api: client.ApiClient, directory: Path) -> Credentials:
+    """The pre-delete hook's ServiceAccount and RBAC as the chart renders them (cleanup-hook.yaml,
+    without its Job: kwok runs no container), left installed; that ServiceAccount's token (the
+    cleanup then runs with exactly what the chart grants the hook)."""
+    await ensure_namespace(api, OPERATOR_NAMESPACE)
+    docs = [d for d in render_chart("cleanup-hook.yaml") if d["kind"] != "Job"]
+    for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["kind"] == "Role"}):
+        await ensure_namespace(api, namespace)
+    for doc in docs:
+        await apply(api, doc)
+    credentials = await service_account_credentials(api, CLEANUP_SERVICE_ACCOUNT, directory)
+    await wait_granted(api, docs)
+    return credentials
+
+
+async def wait_granted(
+    api: client.ApiClient, docs: list[dict[str, Any]], timeout: float = 30.0
+) -> None:
+    """Until the apiserver grants what the Roles and ClusterRoles in `docs` grant the
+    ServiceAccounts their bindings in `docs` name: a SubjectAccessReview of each rule (its first
+    verb, resource and name) per subject. The RBAC authorizer reads Roles and bindings from an
+    informer cache, so a grant just applied may not be in force yet: an operator started at once
+    was refused (403) every call for a moment."""
+    roles = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
+    reviews: list[dict[str, Any]] = []
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        namespace = binding["metadata"].get("namespace", "")
+        ref = binding["roleRef"]
+        role = roles.get((ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"]))
+        for subject in binding.get("subjects") or []:
+            if role is None or subject["kind"] != "ServiceAccount":
+                continue
+            user = f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
+            for rule in role["rules"]:
+                resource, _, subresource = rule["resources"][0].partition("/")
+                attributes = {
+                    "verb": rule["verbs"][0],
+                    "group": rule["apiGroups"][0],
+                    "resource": resource,
+                    "subresource": subresource,
+                    "namespace": namespace,
+                    "name": (rule.get("resourceNames") or [""])[0],
+                }
+                reviews.append({"spec": {"user": user, "resourceAttributes": attributes}})
+    deadline = time.monotonic() + timeout
+    for review in reviews:
+        while True:
+            answer = await kubeapi.request(
+                api,
+                "POST",
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                body=review,
+                field_manager=None,
+            )
+            if answer["status"].get("allowed"):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not granted after {timeout}s: {review['spec']}")
+            await asyncio.sleep(0.1)
 
 
 async def install_agent_admission(api: client.ApiClient) -> list[dict[str, Any]]:
@@ -218,9 +308,6 @@ async def service_account_credentials(
 
 
 async def wait_crds_established(api: client.ApiClient, timeout: float = 30.0) -> None:
-    import asyncio
-    import time
-
     deadline = time.monotonic() + timeout
     for f in sorted(crds_dir().glob("*.yaml")):
         name = yaml.safe_load(f.read_text())["metadata"]["name"]

@@ -1,36 +1,47 @@
 """`vgpu-operator cleanup`: leave the cluster as it was before the operator (the Helm chart's
 pre-delete hook runs it; it also runs by hand, with or without the operator installed).
 
-In order: stop the operator's own workloads when asked (`--stop-controller`: its Deployment
-scaled to 0; `--stop-agent`: the agent DaemonSet deleted; then their pods waited for), so
-nothing writes the nodes again behind the cleanup; revert the placement patch of HAMi's plugin
-DaemonSets (named by `--config`, the operator's configuration); take off every label, taint and
-annotation the operator and its agent own (`core.cleanup`); release the policies' finalizer.
-Each write is a PATCH with the resourceVersion it was computed from; an object that changed
-meanwhile is read and planned again. Prints every change. Exit code 0 when everything is clean,
-1 when something could not be changed, 2 when the cleanup could not run.
+In order: while the controller named by `--stop-controller` still runs, delete every policy and
+let it move the nodes out as each policy's `onDelete` says (`Delete`: nodes that run GPU pods
+leave through "Safe transitions", `maxUnavailable` at a time, drained first; `Retain`: left as
+they are), waiting at most `--timeout` seconds for the policies' finalizers; then stop the
+operator's own workloads (`--stop-controller`: its Deployment scaled to 0; `--stop-agent`: the
+agent DaemonSet deleted; then their pods waited for), so nothing writes the nodes again behind
+the cleanup; revert the placement patch of HAMi's plugin DaemonSets (named by `--config`, the
+operator's configuration) unless retained nodes still need it; on every node, what is left:
+a `Retain` policy's node is marked retained and left as it is, any other is stripped of every
+label, taint and annotation the operator and its agent own (`core.cleanup`), except a node that
+still runs GPU pods, which is skipped and named unless `--force` (`core.cleanup_nodes`); release
+the policies' finalizer. Each write is a PATCH with the resourceVersion it was computed from; an
+object that changed meanwhile is read and planned again. Prints every change. Exit code 0 when
+everything is clean, 1 when something could not be changed or a node was skipped, 2 when the
+cleanup could not run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from vgpu_operator import kubeapi
+from vgpu_operator import contract, kubeapi
+from vgpu_operator.cleanup_operator import (
+    DEFAULT_LEAVE_TIMEOUT,
+    OperatorHandoff,
+    daemonset_path,
+    name_of,
+)
 from vgpu_operator.core.cleanup import (
     Change,
     finalizer_release,
-    node_cleanup,
     operator_taints,
     placement_revert,
 )
+from vgpu_operator.core.cleanup_nodes import node_outcome, retained_policies, retaining_node
+from vgpu_operator.core.pods import gpu_pod_of, gpu_resources, holds_gpu
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments, resolve
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
@@ -64,6 +75,19 @@ def add_subcommand(sub: Any) -> None:
     parser.add_argument(
         "--stop-timeout", type=float, default=180.0, metavar="S", help="wait for the pods (180)"
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_LEAVE_TIMEOUT,
+        metavar="S",
+        help="with a running controller (--stop-controller): wait this long for it to move the "
+        f"deleted policies' nodes out ({DEFAULT_LEAVE_TIMEOUT:.0f})",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also strip nodes that still run GPU pods (their GPUs are offered to other pods)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would change only")
     parser.set_defaults(func=cmd_cleanup)
 
@@ -93,7 +117,13 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"vgpu-operator cleanup: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    cleanup = Cleanup(config, dry_run=args.dry_run, stop_timeout=args.stop_timeout)
+    cleanup = Cleanup(
+        config,
+        dry_run=args.dry_run,
+        stop_timeout=args.stop_timeout,
+        leave_timeout=args.timeout,
+        force=args.force,
+    )
     try:
         return asyncio.run(cleanup.run(args.kubeconfig, args.context, *stops))
     except (CredentialsError, kubeapi.Unreachable, OSError) as exc:
@@ -102,31 +132,39 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     except kubeapi.ApiError as exc:
         print(
             f"vgpu-operator cleanup: the apiserver refused a read ({exc}); the credentials need "
-            "list/patch on nodes and vgpunodepolicies, get/patch on the plugin DaemonSets",
+            "list/patch on nodes and vgpunodepolicies (delete with --stop-controller), list on "
+            "pods, get/patch on the plugin DaemonSets",
             file=sys.stderr,
         )
         return EXIT_CANNOT_RUN
 
 
-def _daemonset_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/apps/v1/namespaces/{quote(namespace)}/daemonsets"
-    return f"{base}/{quote(name)}" if name else base
+RUNNING_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def _selector(workload: Mapping[str, Any]) -> str:
-    labels = ((workload.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
-class Cleanup:
-    def __init__(self, config: OperatorConfig, *, dry_run: bool, stop_timeout: float) -> None:
+class Cleanup(OperatorHandoff):
+    def __init__(
+        self,
+        config: OperatorConfig,
+        *,
+        dry_run: bool,
+        stop_timeout: float,
+        leave_timeout: float = DEFAULT_LEAVE_TIMEOUT,
+        force: bool = False,
+    ) -> None:
         self.config = config
         self.dry_run = dry_run
         self.stop_timeout = stop_timeout
+        self.leave_timeout = leave_timeout
+        self.on_delete = config.on_delete
+        self.force = force
         self.failed: list[str] = []
-
-    def say(self, line: str) -> None:
-        print(line, flush=True)
+        self.skipped: list[str] = []
+        self.skipped_nodes: set[str] = set()
 
     async def run(
         self,
@@ -141,9 +179,17 @@ class Cleanup:
         async with api:
             await self.run_with(api, controller, agent)
         verb = "would change" if self.dry_run else "changed"
-        if self.failed:
-            self.say(f"cleanup incomplete: {len(self.failed)} object(s) could not be changed:")
+        if self.failed or self.skipped:
+            if self.failed:
+                self.say(f"cleanup incomplete: {len(self.failed)} object(s) could not be changed:")
             for line in self.failed:
+                self.say(f"  {line}")
+            if self.skipped:
+                self.say(
+                    f"cleanup incomplete: {len(self.skipped)} node(s) skipped (GPU pods run on "
+                    "them; --force strips them anyway):"
+                )
+            for line in self.skipped:
                 self.say(f"  {line}")
             return EXIT_LEFT
         self.say(f"cleanup done ({verb} what is listed above)")
@@ -156,28 +202,51 @@ class Cleanup:
         agent: tuple[str, str] | None = None,
     ) -> None:
         """The whole cleanup on an open client (the tests call this too)."""
+        if controller is not None and await self.controller_running(api, *controller):
+            await self.let_the_operator_leave(api, await self.policies(api))
         if controller is not None:
             await self.stop_controller(api, *controller)
         if agent is not None:
             await self.stop_agent(api, *agent)
         nodes = (await kubeapi.list_all(api, kubeapi.node_path())).items
-        try:
-            policies = (await kubeapi.list_all(api, kubeapi.policy_path())).items
-        except kubeapi.NotFound:  # the CRD is gone: no policy holds a finalizer
-            policies = []
+        policies = await self.policies(api)
+        default = self.config.on_delete
+        retained = retained_policies(policies, default)
+        known = {name_of(p) for p in policies}
+        kept = [n for n in nodes if retaining_node(n, retained, known, default)]
         taints = operator_taints(nodes, policies)
         plugins = (self.config.device_plugin, self.config.ascend_device_plugin)
         refs = {(ref.namespace, ref.name) for ref in plugins}
+        placed = [name_of(n) for n in kept if contract.LABEL_DEVICE_PLUGIN in _labels(n)]
         for namespace, name in sorted(refs):
-            path = _daemonset_path(namespace, name)
+            path = daemonset_path(namespace, name)
+            if placed:
+                self.say(
+                    f"daemonset {namespace}/{name}: left the operator's placement patch: "
+                    f"retained node(s) {', '.join(placed[:5])} still carry "
+                    f"{contract.LABEL_DEVICE_PLUGIN} and their taints (onDelete: Retain)"
+                )
+                continue
             await self.converge(
                 api, path, lambda ds: placement_revert(ds, taints), STRATEGIC_MERGE_PATCH
             )
+        pods = await self.gpu_pods(api)
         for node in nodes:
-            name = str((node.get("metadata") or {}).get("name", ""))
-            await self.converge(api, kubeapi.node_path(name), node_cleanup, kubeapi.MERGE_PATCH)
+            name = name_of(node)
+            retain = retaining_node(node, retained, known, default)
+
+            def plan(raw: Mapping[str, Any], retain: bool = retain, name: str = name) -> Change:
+                outcome = node_outcome(
+                    raw, retain=retain, gpu_pods=pods.get(name, ()), force=self.force
+                )
+                if outcome.skipped is not None and name not in self.skipped_nodes:
+                    self.skipped_nodes.add(name)
+                    self.skipped.append(f"node {name}: {outcome.skipped}")
+                return outcome.change
+
+            await self.converge(api, kubeapi.node_path(name), plan, kubeapi.MERGE_PATCH)
         for policy in policies:
-            name = str((policy.get("metadata") or {}).get("name", ""))
+            name = name_of(policy)
             await self.converge(
                 api, kubeapi.policy_path(name), finalizer_release, kubeapi.MERGE_PATCH
             )
@@ -224,62 +293,16 @@ class Cleanup:
         for line in change.left:
             self.say(f"{change.ref}: left {line}")
 
-    # --- stopping the operator first ------------------------------------------------------
-
-    async def stop_controller(self, api: Any, namespace: str, name: str) -> None:
-        path = f"/apis/apps/v1/namespaces/{quote(namespace)}/deployments/{quote(name)}"
-        try:
-            deployment = await kubeapi.request(api, "GET", path)
-        except kubeapi.NotFound:
-            self.say(f"deployment {namespace}/{name}: not found (the controller is gone)")
-            return
-        if not self.dry_run:
-            await kubeapi.request(
-                api,
-                "PATCH",
-                path + "/scale",
-                body={"spec": {"replicas": 0}},
-                content_type=kubeapi.MERGE_PATCH,
-            )
-        did = "would scale to 0" if self.dry_run else "scaled to 0 (the controller writes no more)"
-        self.say(f"deployment {namespace}/{name}: {did}")
-        await self._pods_gone(api, namespace, _selector(deployment))
-
-    async def stop_agent(self, api: Any, namespace: str, name: str) -> None:
-        path = _daemonset_path(namespace, name)
-        try:
-            daemonset = await kubeapi.request(api, "GET", path)
-        except kubeapi.NotFound:
-            self.say(f"daemonset {namespace}/{name}: not found (the agent is gone)")
-            return
-        if not self.dry_run:
-            with contextlib.suppress(kubeapi.NotFound):
-                await kubeapi.request(api, "DELETE", path, body={"propagationPolicy": "Background"})
-        did = "would delete" if self.dry_run else "deleted (the agent writes no more)"
-        self.say(f"daemonset {namespace}/{name}: {did}")
-        await self._pods_gone(api, namespace, _selector(daemonset))
-
-    async def _pods_gone(self, api: Any, namespace: str, selector: str) -> None:
-        """Wait until no pod of the workload runs: one stopping may still be writing (the
-        agent finishes a MIG change it started within its grace period)."""
-        if self.dry_run or not selector:
-            return
-        path = f"/api/v1/namespaces/{quote(namespace)}/pods"
-        options = kubeapi.WatchOptions(label_selector=selector)
-
-        async def count() -> int:
-            return len((await kubeapi.list_all(api, path, options)).items)
-
-        await _until(count, self.stop_timeout, f"pods {selector} in {namespace}", self.say)
-
-
-async def _until(
-    count: Callable[[], Awaitable[int]], timeout: float, what: str, say: Callable[[str], None]
-) -> None:
-    deadline = time.monotonic() + timeout
-    left = await count()
-    while left and time.monotonic() < deadline:
-        await asyncio.sleep(1.0)
-        left = await count()
-    if left:
-        say(f"{what}: {left} still there after {timeout:.0f}s; cleaning up anyway")
+    async def gpu_pods(self, api: Any) -> dict[str, tuple[str, ...]]:
+        """Node -> the GPU pods running on it (what the controller's pod index holds: pods
+        requesting a GPU resource, not finished, not a DaemonSet's)."""
+        options = kubeapi.WatchOptions(field_selector=RUNNING_PODS)
+        listed = (await kubeapi.list_all(api, "/api/v1/pods", options)).items
+        resources = gpu_resources(self.config)
+        out: dict[str, list[str]] = {}
+        for pod in listed:
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            held = gpu_pod_of(pod) if node and holds_gpu(pod, resources) else None
+            if held is not None:
+                out.setdefault(node, []).append(held.key)
+        return {node: tuple(sorted(keys)) for node, keys in out.items()}

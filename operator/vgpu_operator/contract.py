@@ -39,6 +39,9 @@ ANN_RETAINED: Final = f"{GROUP}/retained"
 # Annotations the operator keeps on the Volcano/HAMi ConfigMaps it renders.
 ANN_OWNED_ENTRIES: Final = f"{GROUP}/owned-entries"  # JSON {node: RFC 3339 of its entry's change}
 ANN_DATA_CHANGED_AT: Final = f"{GROUP}/data-changed-at"  # RFC 3339 of the last data change
+# Annotation on HAMi's plugin DaemonSets: the placement patch the operator put there (JSON: the
+# nodeSelector entries it set, the tolerations it added; models/placement.py). Cleanup reverts it.
+ANN_PLACEMENT: Final = f"{GROUP}/placement"
 
 # The finalizer on policies (own prefix, not Kopf's default).
 FINALIZER: Final = f"{GROUP}/finalizer"

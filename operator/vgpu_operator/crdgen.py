@@ -41,12 +41,8 @@ from pydantic import BaseModel
 from vgpu_operator import contract
 from vgpu_operator.crdcheck import ALLOWED_KEYS as _ALLOWED
 from vgpu_operator.crdcheck import check_structural
-from vgpu_operator.models.policy import (
-    VGPUNodePolicy,
-    VGPUNodePolicySpec,
-    VGPUNodePolicyStatus,
-    cel_rules,
-)
+from vgpu_operator.models.admission import cel_rules
+from vgpu_operator.models.policy import VGPUNodePolicy, VGPUNodePolicySpec, VGPUNodePolicyStatus
 
 CRD_NAME = f"{contract.POLICY_PLURAL}.{contract.GROUP}"
 HEADER = (

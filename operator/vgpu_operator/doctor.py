@@ -22,7 +22,8 @@ from typing import Any
 
 from vgpu_operator import kubeapi
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
-from vgpu_operator.models.config import AUTO, ConfigError, OperatorConfig, load_config
+from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
+from vgpu_operator.models.config_refs import AUTO
 
 EXIT_CANNOT_RUN = 2
 

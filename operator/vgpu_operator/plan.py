@@ -238,9 +238,7 @@ async def compute(
     now: datetime | None = None,
 ) -> tuple[Plan, list[str]]:
     """Read the cluster as `doctor` does, and plan."""
-    from vgpu_operator.controller.rollout import gpu_pod_of
     from vgpu_operator.controller.snapshot import read_snapshot
-    from vgpu_operator.controller.volcano_writes import restart_inputs
     from vgpu_operator.kubeapi.credentials import resolve
 
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-plan")
@@ -252,9 +250,7 @@ async def compute(
     policies, names = planned_policies(live, name, docs)
     # The rules run in-process here: `doctor` bounds them in a worker; a plan is asked for by
     # a person, on the cluster they are about to change.
-    result = await asyncio.to_thread(
-        plan, snapshot, policies, now or datetime.now(UTC), restart_inputs, gpu_pod_of
-    )
+    result = await asyncio.to_thread(plan, snapshot, policies, now or datetime.now(UTC))
     return result, names
 
 

@@ -34,6 +34,14 @@ from vgpu_operator.kubeapi import NotFound, policy_path, request
 from vgpu_operator.kubeapi.credentials import Credentials
 
 TEST_CLUSTER_PREFIX = "vgpu-testcluster-"
+# test_rbac_audit.py's check of every call the chart's ServiceAccounts made in the session: it
+# reads the whole audit log, so it runs after every other test.
+SESSION_END_CHECK = "test_every_call_of_the_chart_service_accounts_in_the_session_is_granted"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    last = [item for item in items if item.name == SESSION_END_CHECK]
+    items[:] = [item for item in items if item.name != SESSION_END_CHECK] + last
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,16 @@ from kubernetes_asyncio import client
 
 from tests.cluster.helpers import eventually
 from vgpu_operator import contract
-from vgpu_operator.kubeapi import NotFound, node_path, request
+from vgpu_operator.kubeapi import (
+    MERGE_PATCH,
+    Conflict,
+    Listing,
+    NotFound,
+    WatchOptions,
+    list_watch,
+    node_path,
+    request,
+)
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.rollout import NodeRollout
 
@@ -151,6 +160,110 @@ class Watcher:
 
         task = asyncio.create_task(loop())
         try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+# A finalizer of the test's own: a pod carrying it stays Terminating after its deletion (an
+# eviction, its DaemonSet taking it off the node) until the test lets it go, as a pod whose
+# container takes long to stop does. The rollout reads such a pod as still on the node.
+HOLD_FINALIZER = "test.vgpu.volcano.sh/hold"
+
+
+async def hold(api: client.ApiClient, key: str) -> None:
+    """Keep the pod `key` (namespace/name) until `let_go`."""
+    await _edit_finalizers(api, key, lambda names: [*names, HOLD_FINALIZER], missing_ok=False)
+
+
+async def let_go(api: client.ApiClient, key: str) -> None:
+    """Take the test's finalizer off the pod: a pod already deleted then goes."""
+    await _edit_finalizers(api, key, lambda names: [n for n in names if n != HOLD_FINALIZER])
+
+
+async def _edit_finalizers(
+    api: client.ApiClient,
+    key: str,
+    change: Callable[[list[str]], list[str]],
+    *,
+    missing_ok: bool = True,
+) -> None:
+    """One merge PATCH carrying the resourceVersion read (kwok writes the pod's status
+    meanwhile: a conflict reads again)."""
+    namespace, _, name = key.partition("/")
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    for _ in range(10):
+        obj = await pod(api, key)
+        if obj is None:
+            assert missing_ok, f"{key} is gone"
+            return
+        meta = obj["metadata"]
+        names = list(meta.get("finalizers") or [])
+        wanted = change(names)
+        if wanted == names:
+            return
+        body = {"metadata": {"finalizers": wanted, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await request(
+                api, "PATCH", path, body=body, content_type=MERGE_PATCH, field_manager=None
+            )
+            return
+        except Conflict:
+            continue
+        except NotFound:
+            assert missing_ok, f"{key} is gone"
+            return
+    raise AssertionError(f"{key}: finalizers not written after 10 conflicts")
+
+
+def in_transition(obj: Mapping[str, Any]) -> bool:
+    annotations = obj["metadata"].get("annotations") or {}
+    return contract.ANN_ROLLOUT in annotations or bool((obj.get("spec") or {}).get("unschedulable"))
+
+
+@dataclass
+class TransitionCount:
+    """Every committed state of the selected nodes, from a WATCH (the apiserver sends each
+    change in resourceVersion order, none skipped), so the most nodes in transition at once is
+    exact: polling could miss a moment when one node's start landed before another's end."""
+
+    api: client.ApiClient
+    selector: str  # a label selector listing the nodes
+    # what is counted (default: a node in transition, from its cordon or record to its end)
+    counts: Callable[[Mapping[str, Any]], bool] = in_transition
+    now: int = 0
+    most: int = 0
+    _busy: set[str] = field(default_factory=set)
+
+    def _see(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        name = obj["metadata"]["name"]
+        if not deleted and self.counts(obj):
+            self._busy.add(name)
+        else:
+            self._busy.discard(name)
+        self.now = len(self._busy)
+        self.most = max(self.most, self.now)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[TransitionCount]:
+        options = WatchOptions(label_selector=self.selector, kind="test-nodes")
+        listed = asyncio.Event()
+
+        async def loop() -> None:
+            async for update in list_watch(self.api, node_path(), options):
+                if isinstance(update, Listing):
+                    self._busy.clear()
+                    for obj in update.items:
+                        self._see(obj)
+                    listed.set()
+                else:
+                    self._see(update.obj, deleted=update.type == "DELETED")
+
+        task = asyncio.create_task(loop())
+        try:
+            await asyncio.wait_for(listed.wait(), timeout=30)
             yield self
         finally:
             task.cancel()

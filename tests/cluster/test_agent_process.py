@@ -26,6 +26,7 @@ from tests.cluster.agentkit import (
 from tests.cluster.helpers import NodeFactory, eventually
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.agentproc import wait_group_gone
+from vgpu_devcluster.install import AGENT_USER
 from vgpu_operator import contract
 from vgpu_operator.agent.nodeapi import KubeNodeApi
 from vgpu_operator.kubeapi import (
@@ -93,9 +94,16 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def test_the_agent_identity_cannot_touch_policies(agent_api: client.ApiClient) -> None:
-    with pytest.raises(ApiException) as err:
-        await request(agent_api, "GET", policy_path())
+async def test_the_agent_identity_cannot_touch_policies(
+    kubeconfig: Path, agent_kubeconfig_path: Path
+) -> None:
+    # The admin impersonating the agent's ServiceAccount (installed with the chart's RBAC): RBAC
+    # judges the agent's identity, and the audit log names the admin, so this deliberate
+    # refusal is the probe's, not a call of the agent's (tests/cluster/test_rbac_audit.py).
+    async with await config.new_client_from_config(config_file=str(kubeconfig)) as probe:
+        probe.set_default_header("Impersonate-User", AGENT_USER)
+        with pytest.raises(ApiException) as err:
+            await request(probe, "GET", policy_path())
     assert err.value.status == 403
 
 

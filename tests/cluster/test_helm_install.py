@@ -2,7 +2,9 @@
 everything and kwok runs the pods; `helm upgrade` with a changed configuration rolls the
 controller; after the operator has labelled and tainted nodes and patched HAMi's plugin
 DaemonSet, the pre-delete hook's own command, run under the hook's own ServiceAccount, and
-`helm uninstall` leave no label, taint, annotation, finalizer or DaemonSet patch of it.
+`helm uninstall` leave no label, taint, annotation, finalizer or DaemonSet patch of it: the hook
+deletes the policies while the controller still runs, the controller moves the nodes out and
+releases its finalizer, then the hook stops it and removes the rest.
 
 kwok runs no container: it marks the hook Job complete without running anything, so the test
 runs the command the hook renders (`helm get hooks`) itself, as that Job would: the same args,
@@ -352,8 +354,9 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
             )
 
         await eventually(configured, timeout=90)
-    finally:
+    except BaseException:
         operator.stop()
+        raise
     raw_policy = await kubeapi.request(api, "GET", kubeapi.policy_path(policy))
     assert contract.FINALIZER in raw_policy["metadata"]["finalizers"]
     # what the agent writes beside the controller (kwok runs no agent): its state and inventory
@@ -372,20 +375,42 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
     )
 
     # -- uninstall: the hook's command under the hook's ServiceAccount, then helm uninstall ----
-    # --dry-run first: it says what it would change and changes nothing
-    nodes_before = [await node_state(api, n) for n in gpus]
-    generations = [await generation(api, p) for p in (ds_path, dep_path)]
-    preview = await run_hook(api, kubeconfig, release, namespace, tmp_path, "--dry-run")
-    assert f"deployment {namespace}/{release}: would scale to 0" in preview
-    taint = f"{contract.DEFAULT_TAINT_KEY}=hami:NoSchedule"
-    assert f"(dry run, not done) removed taint {taint}" in preview
-    assert [await node_state(api, n) for n in gpus] == nodes_before
-    assert [await generation(api, p) for p in (ds_path, dep_path)] == generations
-    said = await run_hook(api, kubeconfig, release, namespace, tmp_path)
+    # The controller runs while the hook starts (pre-delete: the Deployment is still there):
+    # the operator thread does its work, and stops when the hook scales the Deployment to 0,
+    # as its pods would.
+    async def scaled_to_zero() -> bool:
+        return not (await kubeapi.request(api, "GET", dep_path))["spec"].get("replicas", 1)
+
+    async def stop_with_the_deployment() -> None:
+        await eventually(scaled_to_zero, timeout=600, interval=0.2)
+        await asyncio.to_thread(operator.stop)
+
+    stopper = asyncio.create_task(stop_with_the_deployment())
+    try:
+        # --dry-run first: it says what it would change and changes nothing
+        nodes_before = [await node_state(api, n) for n in gpus]
+        generations = [await generation(api, p) for p in (ds_path, dep_path)]
+        preview = await run_hook(api, kubeconfig, release, namespace, tmp_path, "--dry-run")
+        assert f"vgpunodepolicy {policy}: (dry run, not done) would be deleted" in preview
+        assert f"deployment {namespace}/{release}: would scale to 0" in preview
+        taint = f"{contract.DEFAULT_TAINT_KEY}=hami:NoSchedule"
+        assert f"(dry run, not done) removed taint {taint}" in preview
+        assert [await node_state(api, n) for n in gpus] == nodes_before
+        assert [await generation(api, p) for p in (ds_path, dep_path)] == generations
+        assert not await gone_policy(api, policy)
+        said = await run_hook(api, kubeconfig, release, namespace, tmp_path)
+        await stopper
+    finally:
+        stopper.cancel()
+        operator.stop()
+    # the running controller moved the nodes out (the policy's onDelete: Delete) and released
+    # the finalizer; then the hook stopped it and took off the rest
+    assert f"vgpunodepolicy {policy}: deleted; the controller moves its nodes out" in said
+    assert f"vgpunodepolicy {policy}: its nodes have left; finalizer released" in said
     assert f"deployment {namespace}/{release}: scaled to 0" in said
     assert f"daemonset {namespace}/{release}-agent: deleted" in said
     assert f"removed nodeSelector {contract.LABEL_DEVICE_PLUGIN}=hami" in said
-    assert f"released finalizer {contract.FINALIZER}" in said
+    assert f"removed label {contract.LABEL_STATE}=success" in said  # the agent's
     assert not await pods(api, namespace, controller)
     await helm(kubeconfig, "uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
 
@@ -395,8 +420,7 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
         assert node["metadata"]["labels"] == before[name]["metadata"]["labels"]
         assert node["spec"].get("taints") == before[name]["spec"].get("taints")
     assert placement(await kubeapi.request(api, "GET", ds_path)) == shipped
-    raw_policy = await kubeapi.request(api, "GET", kubeapi.policy_path(policy))
-    assert contract.FINALIZER not in (raw_policy["metadata"].get("finalizers") or [])
+    assert await gone_policy(api, policy), "deleted, its finalizer released"
     for doc in manifest:
         assert not await exists(api, _path(doc)), f"{doc['kind']} {doc['metadata']['name']} left"
     for path in (
@@ -405,6 +429,10 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
         f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{release}-cleanup",
     ):
         assert not await exists(api, path), f"hook object {path} left"
+
+
+async def gone_policy(api: client.ApiClient, name: str) -> bool:
+    return not await exists(api, kubeapi.policy_path(name))
 
 
 def _path(doc: dict[str, Any]) -> str:

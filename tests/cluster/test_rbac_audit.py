@@ -1,133 +1,174 @@
-"""Least privilege, from the audit log: every call the operator's and the agent's
-ServiceAccounts made in a Volcano + HAMi scenario (the local control plane logs their reads too) is
-permitted by the chart's RBAC as installed, asked of the apiserver with a SubjectAccessReview per
-(verb, resource, namespace, name); none was refused with 403. Acting as either ServiceAccount,
-what the chart does not grant is refused: Secrets, pods/exec, ConfigMaps and DaemonSets not named
-in values, and deleting a pod without the device plugin's labels (the admission policy)."""
+"""Least privilege, from the audit log: every call the chart's ServiceAccounts made in the whole
+test session is allowed by the chart's RBAC, and what the chart does not grant is refused.
+
+`test_every_call_of_the_chart_service_accounts_in_the_session_is_granted` runs last in the
+session (tests/cluster/conftest.py orders it after every other test) and reads the whole audit
+log. Its rule:
+
+- Whose calls: the chart's ServiceAccounts. Those vgpu_devcluster.install puts in vgpu-system
+  for the session (the controller's, the node agent's, the pre-delete hook's), and every
+  ServiceAccount Helm itself created in the session (a release's, test_helm_install.py). The
+  local control plane logs every request of the vgpu-system ServiceAccounts, reads included;
+  of the others, their writes and their lists of pods and DaemonSets.
+- No call was refused by RBAC: the apiserver's audit annotation `authorization.k8s.io/decision`
+  is never "forbid", whatever a test meant. One exception, the apiserver's own: a starting
+  kube-apiserver serves requests before its RBAC authorizer has filled its caches, so a client
+  reconnecting at once is refused for a moment (test_apiserver_restart.py restarts it). A
+  refusal within `rbackit.START_SECONDS` of a start (the apiserver creates its identity Lease,
+  kube-system/apiserver-*) of a call the chart's RBAC grants (a SubjectAccessReview now) is the
+  start's. A request RBAC allowed and something after RBAC refused (a
+  ValidatingAdmissionPolicy or webhook: test_write_backoff.py, test_agent_node_token.py;
+  storage's 404 or 409) is no RBAC matter, and is checked like every other call: its decision
+  says "allow".
+- Every call (verb, group, resource, subresource, namespace, name) of the vgpu-system accounts
+  is allowed by the chart's RBAC as installed at the end of the session: asked of the apiserver
+  again with a SubjectAccessReview (a lease under a test's own name as the release's lease,
+  `rbackit.as_released`). A Helm release's RBAC is uninstalled by then, so for its accounts the
+  binding RBAC allowed each call by (`authorization.k8s.io/reason`) must be one the chart
+  renders for that release (or one of Kubernetes' own grants to every authenticated user).
+- Left out, and why: the refusal probes of this file, test_write_backoff.py and
+  test_agent_process.py (the agent may not read policies). The admin makes
+  them impersonating a ServiceAccount (RBAC and admission then judge the ServiceAccount), so the
+  audit log names the admin as the user and the ServiceAccount as `impersonatedUser`; each probe
+  asserts its own refusal. The operator, the agent and the cleanup never impersonate.
+
+When this file runs alone, its own scenario runs first: the controller, a node agent and the
+pre-delete hook's cleanup, all under the chart's ServiceAccounts, on a Volcano + HAMi install; it
+also shows the operator's placement patch of HAMi's plugin DaemonSet recorded on the DaemonSet
+and the cleanup taking off exactly that, not a person's tolerations.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, unique
+from tests.cluster import rbackit
+from tests.cluster.agentkit import Agents, GpuNode, agent_kubeconfig_path, agents
+from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
 from tests.cluster.test_volcano_restarts import hami, steady
-from tests.cluster.volcano_env import PLUGIN_NS, VolcanoEnv, volcano_env
+from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, VolcanoEnv, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
+from vgpu_devcluster.agentproc import FakeGpus, fake_model
 from vgpu_devcluster.install import (
     AGENT_USER,
-    OPERATOR_NAMESPACE,
+    CLEANUP_USER,
     OPERATOR_USER,
-    install_agent_access,
+    install_cleanup_access,
 )
-from vgpu_operator import kubeapi
-from vgpu_operator.kubeapi.credentials import Credentials
+from vgpu_operator import contract, kubeapi
+from vgpu_operator.cleanup import Cleanup
+from vgpu_operator.controller.snapshot import workload_path
+from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.placement import PlacementRecord
 
 pytestmark = pytest.mark.cluster
 
-__all__ = ["volcano_env", "volcano_operator"]
+__all__ = ["agent_kubeconfig_path", "agents", "volcano_env", "volcano_operator"]
 
-PROBE_AGENT = "vgpu-rbac-probe"  # the user agent of this test's own refused requests
-SA_GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{OPERATOR_NAMESPACE}"]
-Call = tuple[str, str, str, str, str, str]  # verb, group, resource, subresource, namespace, name
-
-
-def calls_of(events: list[dict[str, Any]]) -> set[Call]:
-    out: set[Call] = set()
-    for e in events:
-        ref = e.get("objectRef") or {}
-        if "resource" not in ref:
-            continue  # a non-resource URL (discovery), allowed to every authenticated user
-        out.add(
-            (
-                e["verb"],
-                ref.get("apiGroup", ""),
-                ref["resource"],
-                ref.get("subresource", ""),
-                ref.get("namespace", ""),
-                ref.get("name", ""),
-            )
-        )
-    return out
+POOL_TAINT = {"key": "example.com/gpu-pool", "value": "rbac", "effect": "NoSchedule"}
+POOL_TOLERATION = {**POOL_TAINT, "operator": "Equal"}
+MINE = {"key": "example.com/mine", "operator": "Exists", "effect": "NoExecute"}
 
 
-# The chart's lease name (values.yaml leaderElection.leaseName). The leader-election tests run
-# the operator under fresh lease names, each with the chart's Role rendered for that name and
-# deleted afterwards (test_leader_processes.py `lease_name`): their calls are checked as the
-# release's, which test_leader_election.py shows the value carries to the Role.
-RELEASE_LEASE = "vgpu-operator"
+class HeardCleanup(Cleanup):
+    """`vgpu-operator cleanup` in-process, keeping what it says."""
+
+    def __init__(self) -> None:
+        super().__init__(OperatorConfig(), dry_run=False, stop_timeout=10.0)
+        self.said: list[str] = []
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
 
 
-def as_released(call: Call) -> Call:
-    verb, group, resource, subresource, namespace, name = call
-    if (group, resource, namespace) == ("coordination.k8s.io", "leases", OPERATOR_NAMESPACE):
-        return (verb, group, resource, subresource, namespace, name and RELEASE_LEASE)
-    return call
+def placement_of(daemonset: dict[str, Any]) -> tuple[Any, Any]:
+    pod = daemonset["spec"]["template"]["spec"]
+    return copy.deepcopy(pod.get("nodeSelector")), copy.deepcopy(pod.get("tolerations"))
 
 
-async def allowed(api: client.ApiClient, user: str, call: Call) -> bool:
-    verb, group, resource, subresource, namespace, name = call
-    attrs = {"verb": verb, "group": group, "resource": resource, "subresource": subresource}
-    attrs |= {"namespace": namespace, "name": name}
-    review = await kubeapi.request(
-        api,
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        body={"spec": {"user": user, "groups": SA_GROUPS, "resourceAttributes": attrs}},
-        field_manager=None,
-    )
-    return bool(review["status"].get("allowed"))
-
-
-async def test_every_call_of_the_operator_service_accounts_is_granted_by_the_chart(
-    cluster: ClusterUnderTest,
+async def test_operator_agent_and_cleanup_hook_run_under_the_chart_service_accounts(
     api: client.ApiClient,
     volcano_env: VolcanoEnv,
     volcano_operator: OperatorFactory,
     policies: PolicyFactory,
+    agents: Agents,
+    tmp_path: Path,
 ) -> None:
-    local = cluster.require_audit()
-    # This scenario's calls only: earlier tests run the operator before some namespaces (and so
-    # the chart's Roles in them) exist, and provoke refusals on purpose.
-    offset = local.audit_offset()
     env = volcano_env
     group = unique("rbac")
     await env.add_control_node()
     rtx = await env.add_nodes("RTX-4090", 2, gpus=2, released=None, labels={"test/group": group})
     await env.install()
-    volcano_operator("restarts: {minIntervalSeconds: 5}")
-    await policies("rbac", hami(group))
+    plugin = workload_path("DaemonSet", PLUGIN_NS, PLUGIN_DS)
+    shipped = placement_of(await kubeapi.request(api, "GET", plugin))
+    op = volcano_operator("restarts: {minIntervalSeconds: 5}")
+    gpus = FakeGpus.create(tmp_path / rtx[0], rtx[0], fake_model("RTX-4090"), 2, mig=False)
+    agent = agents.start(GpuNode(rtx[0], gpus))
+    await policies("rbac", hami(group, nodeTaints=[POOL_TAINT]))
     await steady(env, rtx)
 
-    checked = 0
-    for user in (OPERATOR_USER, AGENT_USER):
-        events = [
-            e
-            for e in local.audit_events(user=user, offset=offset, reads=True)
-            if not e.get("userAgent", "").startswith(PROBE_AGENT)
-        ]
-        refused = [e for e in events if (e.get("responseStatus") or {}).get("code") == 403]
-        assert refused == [], [(e["verb"], e["requestURI"]) for e in refused]
-        calls = {as_released(c) for c in calls_of(events)}
-        denied = [c for c in sorted(calls) if not await allowed(api, user, c)]
-        assert denied == [], f"{user} made calls the chart's RBAC does not grant: {denied}"
-        checked += len(calls)
-    # the operator read and wrote nodes, policies, ConfigMaps by name, the plugin DaemonSet
-    operator_calls = calls_of(local.audit_events(user=OPERATOR_USER, reads=True))
-    resources = {(c[0], c[2]) for c in operator_calls}
-    assert {("watch", "configmaps"), ("patch", "nodes"), ("watch", "vgpunodepolicies")} <= resources
-    named_watches = {c for c in operator_calls if c[0] == "watch" and c[2] == "configmaps"}
-    assert named_watches and all(c[5] for c in named_watches), named_watches
-    assert checked > 10
+    # The placement PATCH records on the DaemonSet what it set: the nodeSelector on the node
+    # contract's label and the toleration of the pool's taint (the DaemonSet's own toleration
+    # of volcano.sh/vgpu, a person's, needs none).
+    async def recorded() -> bool:
+        ds = await kubeapi.request(api, "GET", plugin)
+        raw = (ds["metadata"].get("annotations") or {}).get(contract.ANN_PLACEMENT)
+        return PlacementRecord.from_annotation(raw) == PlacementRecord(
+            node_selector={contract.LABEL_DEVICE_PLUGIN: "hami"}, tolerations=[POOL_TOLERATION]
+        )
+
+    await eventually(recorded, timeout=60)
+
+    async def agent_reported() -> bool:
+        node = await kubeapi.request(api, "GET", kubeapi.node_path(rtx[0]))
+        return node["metadata"]["labels"].get(contract.LABEL_STATE) == "success"
+
+    await eventually(agent_reported, timeout=60)
+    op.stop()
+    agent.stop()
+
+    # A person adds a toleration of their own after the operator's patch.
+    ds = await kubeapi.request(api, "GET", plugin)
+    _, tolerations = placement_of(ds)
+    await env.patch(plugin, {"spec": {"template": {"spec": {"tolerations": [*tolerations, MINE]}}}})
+
+    # The pre-delete hook's cleanup, under the hook's ServiceAccount and the chart's RBAC for it.
+    hook = await install_cleanup_access(api, tmp_path)
+    cleanup = HeardCleanup()
+    async with await hook.client() as hook_api:
+        await cleanup.run_with(hook_api)
+    assert cleanup.failed == [], cleanup.said
+    ref = f"daemonset {PLUGIN_NS}/{PLUGIN_DS}"
+    assert f"{ref}: removed toleration example.com/gpu-pool=rbac:NoSchedule" in cleanup.said
+    assert f"{ref}: removed nodeSelector {contract.LABEL_DEVICE_PLUGIN}=hami" in cleanup.said
+    after = await kubeapi.request(api, "GET", plugin)
+    selector, tolerations = shipped
+    assert placement_of(after) == (selector, [*tolerations, MINE])
+    assert contract.ANN_PLACEMENT not in (after["metadata"].get("annotations") or {})
+    for name in rtx:
+        node = await kubeapi.request(api, "GET", kubeapi.node_path(name))
+        keys = [*node["metadata"].get("labels", {}), *node["metadata"].get("annotations", {})]
+        assert [k for k in keys if k.startswith(f"{contract.GROUP}/")] == [], name
 
 
-async def probe_client(credentials: Credentials) -> client.ApiClient:
-    api = await config.new_client_from_config(config_file=credentials.kubeconfig)
-    api.user_agent = PROBE_AGENT
-    return api
+# -- what the chart does not grant is refused ---------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def acting_as(kubeconfig: Path, user: str) -> AsyncIterator[client.ApiClient]:
+    """The admin impersonating `user` (a ServiceAccount: the apiserver adds its groups): RBAC
+    and admission judge `user`, and the audit log names the admin (see the module docstring)."""
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    api.set_default_header("Impersonate-User", user)
+    async with api:
+        yield api
 
 
 async def refused(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> str:
@@ -142,16 +183,29 @@ DRY_RUN = {"dryRun": "All"}
 
 
 async def test_the_service_accounts_are_refused_what_the_chart_does_not_grant(
-    api: client.ApiClient, installed: Credentials, tmp_path: Any
+    api: client.ApiClient,
+    kubeconfig: Path,
+    installed: object,
+    agent_kubeconfig_path: Path,
+    tmp_path: Path,
 ) -> None:
-    agent_credentials = await install_agent_access(api, tmp_path)
+    await install_cleanup_access(api, tmp_path)
     async with (
-        await probe_client(installed) as operator,
-        await probe_client(agent_credentials) as agent,
+        acting_as(kubeconfig, OPERATOR_USER) as operator,
+        acting_as(kubeconfig, AGENT_USER) as agent,
+        acting_as(kubeconfig, CLEANUP_USER) as hook,
     ):
-        for sa in (operator, agent):
+        whoami = await kubeapi.request(
+            operator,
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={},
+            field_manager=None,
+        )
+        assert whoami["status"]["userInfo"]["username"] == OPERATOR_USER
+        for sa in (operator, agent, hook):
             await refused(sa, "GET", "/api/v1/namespaces/kube-system/secrets")
-            await refused(sa, "GET", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets")
+            await refused(sa, "GET", "/api/v1/namespaces/vgpu-system/secrets")
             await refused(sa, "POST", "/api/v1/namespaces/kube-system/pods/anything/exec", body={})
             await refused(
                 sa,
@@ -230,3 +284,68 @@ async def test_the_service_accounts_are_refused_what_the_chart_does_not_grant(
                         query={"gracePeriodSeconds": "0"},
                         field_manager=None,
                     )
+
+
+# -- the whole session (run last: conftest.py) -------------------------------------------------
+
+
+async def test_every_call_of_the_chart_service_accounts_in_the_session_is_granted(
+    cluster: ClusterUnderTest, api: client.ApiClient
+) -> None:
+    events = rbackit.session_events(cluster.require_audit().audit_log)
+    by_user: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        by_user.setdefault(rbackit.username(e), []).append(e)
+
+    # (a refusal of a call the chart grants, at an apiserver's start: the start's, see the rule)
+    starts = rbackit.apiserver_starts(events)
+    refused_by_rbac = []
+    for user in rbackit.INSTALLED:
+        for e in by_user.get(user, []):
+            call = rbackit.call_of(e)
+            if rbackit.decision(e) == "forbid" and not (
+                call is not None
+                and rbackit.at_a_start(e, starts)
+                and await rbackit.allowed(api, user, call)
+            ):
+                refused_by_rbac += rbackit.forbidden([e])
+    releases = rbackit.helm_releases(events)
+    for release in releases:
+        for user in release.users:
+            refused_by_rbac += rbackit.forbidden(by_user.get(user, []))
+    assert refused_by_rbac == [], (
+        "RBAC refused calls of the chart's ServiceAccounts:\n" + "\n".join(refused_by_rbac)
+    )
+
+    checked: dict[str, int] = {}
+    for user in rbackit.INSTALLED:
+        calls = {rbackit.as_released(c) for c in rbackit.calls_of(by_user.get(user, []))}
+        denied = [c for c in sorted(calls) if not await rbackit.allowed(api, user, c)]
+        assert denied == [], f"{user} made calls the chart's RBAC does not grant: {denied}"
+        checked[user] = len(calls)
+    for release in releases:
+        bindings = release.bindings()
+        for user in release.users:
+            foreign = {
+                (rbackit.granted_by(e), e["verb"], e["requestURI"])
+                for e in by_user.get(user, [])
+                if rbackit.decision(e) == "allow"
+                and rbackit.granted_by(e) not in bindings
+                and not rbackit.granted_to_everyone(e)
+            }
+            assert foreign == set(), f"{user}: allowed by bindings not of the chart: {foreign}"
+            checked[user] = len(by_user.get(user, []))
+
+    # The operator read and wrote nodes, policies, ConfigMaps by name, the plugin DaemonSet; the
+    # agent patched its node; the hook patched nodes and the plugin DaemonSet.
+    operator = rbackit.calls_of(by_user.get(OPERATOR_USER, []))
+    resources = {(c[0], c[2]) for c in operator}
+    assert {("watch", "configmaps"), ("patch", "nodes"), ("watch", "vgpunodepolicies")} <= resources
+    assert {("get", "daemonsets"), ("patch", "daemonsets")} <= resources
+    named_watches = {c for c in operator if c[0] == "watch" and c[2] == "configmaps"}
+    assert named_watches and all(c[5] for c in named_watches), named_watches
+    agent = {(c[0], c[2]) for c in rbackit.calls_of(by_user.get(AGENT_USER, []))}
+    assert ("patch", "nodes") in agent, agent
+    hook = {(c[0], c[2]) for c in rbackit.calls_of(by_user.get(CLEANUP_USER, []))}
+    assert {("patch", "nodes"), ("patch", "daemonsets")} <= hook, hook
+    assert all(checked.get(user) for user in rbackit.INSTALLED), checked

@@ -4,6 +4,8 @@ agent cannot apply ends the node's transition as `onFailure` says, with the reas
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -11,6 +13,7 @@ from kubernetes_asyncio import client
 from tests.cluster.agentkit import Agents, agent_kubeconfig_path, agents, get_node, wait_state
 from tests.cluster.helpers import PolicyFactory, eventually, patch_spec, unique
 from tests.cluster.rolloutkit import config_of, cordoned, pool_spec, rollout_of
+from vgpu_devcluster import binaries
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
@@ -34,8 +37,26 @@ async def operator_events(api: client.ApiClient, node: str) -> list[dict[str, An
     ]
 
 
+async def describe(kubeconfig: Path, kind: str, name: str) -> str:
+    """`kubectl describe KIND NAME`, the real binary."""
+    kubectl = binaries.ensure("kubectl")
+    proc = await asyncio.create_subprocess_exec(
+        str(kubectl),
+        f"--kubeconfig={kubeconfig}",
+        "describe",
+        kind,
+        name,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
 async def test_an_agent_failure_follows_on_failure_with_the_reason_everywhere(
     api: client.ApiClient,
+    kubeconfig: Path,
     operator: OperatorThread,
     policies: PolicyFactory,
     agents: Agents,
@@ -79,6 +100,10 @@ async def test_an_agent_failure_follows_on_failure_with_the_reason_everywhere(
         return any(e["reason"] == "AgentFailed" and "onFailure" in e["message"] for e in events)
 
     await eventually(described, timeout=20)
+    # what a person runs: kubectl finds the Event by the Node's uid (or its name, as kubelet's)
+    text = await describe(kubeconfig, "node", failing.name)
+    [line] = [ln for ln in text.splitlines() if "AgentFailed" in ln]
+    assert line.split()[0] == "Warning" and "onFailure Uncordon: uncordoned" in line, text
 
     async def in_status() -> bool:
         status = (await request(api, "GET", policy_path(name))).get("status") or {}
@@ -91,6 +116,9 @@ async def test_an_agent_failure_follows_on_failure_with_the_reason_everywhere(
         )
 
     await eventually(in_status, timeout=20)
+    policy_text = await describe(kubeconfig, "vnp", name)
+    status = policy_text.split("\nStatus:", 1)[1].split("\nEvents:", 1)[0]  # not its Events
+    assert "AgentFailed" in status and failing.name in status, policy_text
     # the failed node still counts: the other node is not taken (maxUnavailable 1)
     other = await get_node(api, waiting.name)
     assert rollout_of(other) is None and config_of(other).mode == "hami-core"  # type: ignore[union-attr]

@@ -4,13 +4,13 @@ drain, each node's plugin pod replaced once and its new registration verified be
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
-from tests.cluster.rolloutkit import config_of, cordoned, rollout_of
+from tests.cluster.rolloutkit import TransitionCount, config_of, cordoned, rollout_of
 from tests.cluster.test_volcano_restarts import steady
 from tests.cluster.volcano_env import PLUGIN_NS, VolcanoEnv, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, pods_created, volcano_operator
@@ -61,27 +61,23 @@ async def test_a_split_count_change_restarts_at_most_max_unavailable_plugin_pods
     before = await env.plugin_pods()
     offset = local.audit_offset()
 
-    most = 0  # nodes released to the new count whose plugin has not registered it yet
-    in_transition = 0
-    seen_cordon = False
+    def restarting(obj: Mapping[str, Any]) -> bool:
+        """Released the new count, its plugin pod not yet replaced and registered with it."""
+        config = config_of(dict(obj))
+        raw = (obj["metadata"].get("annotations") or {}).get(REGISTER_ANNOTATION)
+        fresh = bool(raw) and {r.count for r in parse_register(raw)} == {4}
+        released = bool(config and config.hami_core and config.hami_core.device_split_count == 4)
+        return released and not fresh
 
-    async def watch() -> None:
-        nonlocal most, in_transition, seen_cordon
-        while True:
-            objs = [await kubeapi.request(api, "GET", kubeapi.node_path(n)) for n in nodes]
-            fresh = await registered(4)
-            released = {
-                o["metadata"]["name"]
-                for o in objs
-                if (c := config_of(o)) and c.hami_core and c.hami_core.device_split_count == 4
-            }
-            most = max(most, len(released - fresh))
-            in_transition = max(in_transition, sum(1 for o in objs if rollout_of(o)))
-            seen_cordon = seen_cordon or any(cordoned(o) for o in objs)
-            await asyncio.sleep(0.2)
+    def is_cordoned(obj: Mapping[str, Any]) -> bool:
+        return cordoned(dict(obj))
 
-    task = asyncio.create_task(watch())
-    try:
+    # every committed state of the nodes (a watch): the exact most at once
+    selector = f"test/g={group}"
+    count = TransitionCount(api, selector)
+    plugins = TransitionCount(api, selector, counts=restarting)
+    cordons = TransitionCount(api, selector, counts=is_cordoned)
+    async with count.running(), plugins.running(), cordons.running():
         await kubeapi.request(
             api,
             "PATCH",
@@ -96,14 +92,10 @@ async def test_a_split_count_change_restarts_at_most_max_unavailable_plugin_pods
             return await registered(4) == set(nodes) and not any(rollout_of(o) for o in objs)
 
         await eventually(done, timeout=150, interval=0.5)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
-    assert 1 <= most <= 3, most
-    assert in_transition == 3, in_transition
-    assert not seen_cordon, "a split-count change cordons nothing"
+    assert 1 <= plugins.most <= 3, plugins.most  # plugin pods restarting at once
+    assert count.most == 3, count.most
+    assert cordons.most == 0, "a split-count change cordons nothing"
     after = await env.plugin_pods()
     assert set(after) == set(before) and not set(after.values()) & set(before.values())
     assert pods_created(local, offset, PLUGIN_NS) == len(nodes)  # each plugin pod once

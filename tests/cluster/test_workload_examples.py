@@ -126,7 +126,7 @@ async def volcano_crds(api: client.ApiClient) -> None:
         for crd in crds:
             got = await kubeapi.request(api, "GET", object_path(crd))
             conditions = {
-                c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])
+                c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions") or []
             }
             if conditions.get("Established") != "True":
                 return False

@@ -9,7 +9,8 @@ import pytest
 
 from vgpu_operator import doctor
 from vgpu_operator.core.rules import RULES
-from vgpu_operator.models.config import AUTO, OperatorConfig, load_config
+from vgpu_operator.models.config import OperatorConfig, load_config
+from vgpu_operator.models.config_refs import AUTO
 
 
 def test_list_rules_table_names_every_rule_with_what_it_checks(

@@ -4,9 +4,10 @@ processes). Every path, errors and timeouts included, ends in one of the three.
 
 - A mode change on one GPU resets only that GPU, and only when the mode stays pending on Ampere
   (nvidia-smi switches an idle GPU at once). If it is still pending after the reset, or the GPU
-  cannot be reset (passthrough), the GPU fails with the reason `reboot required` (mig-anchors.md
-  §1.6, §4.5). Hopper and later are never reset for a mode change: a reset or reboot clears their
-  MIG mode; a pending one means a client holds the GPU (`held by another client`).
+  cannot be reset (passthrough), the GPU fails with the reason `reboot required`
+  (NVIDIA/mig-parted#9, NVIDIA/gpu-operator#603). Hopper and later are never reset for a mode
+  change: a reset or reboot clears their MIG mode; a pending one means a client holds the GPU
+  (`held by another client`).
 - Two phases (core.mig): GPUs whose driver listed no profiles while MIG was off get their mode
   first; the profiles are then read again and their instances planned and applied.
 - Before a reset and when the driver refuses a destroy as "in use", running compute processes are

@@ -3,9 +3,10 @@
 Calls: one `--query-gpu`, one `--query-compute-apps`, and, when a GPU is MIG-capable, one
 `mig -lgip` and one `mig -lgipp` for the node; per GPU whose MIG mode is on, `mig -i N -lgi` and
 `mig -i N -lci`. After an apply, `read_back` reads one GPU's mode and instances again.
-Profiles come from the driver; when it lists none (drivers up to 535 with MIG
-off, mig-anchors.md §1.6) they come from core.mig_catalog and are marked `catalog`: the planner
-then only turns MIG on and plans the instances from the driver's listing read afterwards.
+Profiles come from the driver; when it lists none (drivers up to 535 with MIG off:
+NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `ErrNoProfilesDiscovered`) they come from
+core.mig_catalog and are marked `catalog`: the planner then only turns MIG on and plans the
+instances from the driver's listing read afterwards.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def _slices(name: str) -> int:
 
 Source = Literal["driver", "catalog", "none"]
 # Models whose driver-reported instance counts are wrong for some profiles; mig-parted hardcodes
-# them (ref §1.6: A30, `getHardcodedA30Profiles`), and so does the inventory.
+# them (A30: NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `getHardcodedA30Profiles`),
+# and so does the inventory.
 CATALOG_COUNTS = frozenset({"A30"})
 
 

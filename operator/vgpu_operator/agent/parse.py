@@ -1,10 +1,12 @@
-"""Pure parsers for the nvidia-smi output formats of mig-anchors.md §3, and error classification.
+"""Pure parsers for nvidia-smi's MIG output formats, and error classification.
 
+The formats are the ones the MIG user guide prints
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html).
 Tables are parsed by row shape, not by column position: `mig -lgip` comes in two layouts (the
-79-column one with a separator row after each profile, and the 81-column one of newer drivers,
-with or without separators, ref §3.3), `mig -lgi` in a 54- and a 59-column width, and `mig -lci`
-with or without the Placement column (ref §3.6). Lines that match no row shape (borders, headers,
-a `...` in a quoted sample) are skipped.
+79-column one with a separator row after each profile, and the 81-column one of newer drivers, with
+or without separators; the 79-column one as in NVIDIA/mig-parted#97), `mig -lgi` in a 54- and a
+59-column width, and `mig -lci` with or without the Placement column (the user guide's `-lci -gi 1`
+has none). Lines that match no row shape (borders, headers, a `...` in a quoted sample) are skipped.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ class SmiErrorKind(StrEnum):
     OTHER = "other"
 
 
-# "in use" as drivers word it: "In use by another client" (ref §3.5, §3.7), "... is currently
-# being used by one or more other processes" (ref §3.1), "GPU 00000000:C1:00.0 is currently in
-# use by another process." (`--gpu-reset` in NVIDIA/gpu-operator#118) and "Unable to reset GPU
+# "in use" as drivers word it: "In use by another client" (MIG user guide), "... is currently being
+# used by one or more other processes" (NVIDIA/gpu-operator#118), "GPU 00000000:C1:00.0 is currently
+# in use by another process." (`--gpu-reset` in NVIDIA/gpu-operator#118) and "Unable to reset GPU
 # ... because it's being used by some other process" (older drivers, public captures).
 _IN_USE = re.compile(
     r"In use by another client|currently being used by one or more"
@@ -50,7 +52,8 @@ _IN_USE = re.compile(
 
 
 def classify(output: str) -> SmiErrorKind:
-    """The class of an nvidia-smi error message (texts quoted in ref §3.1, §3.5, §3.7)."""
+    """The class of an nvidia-smi error message (texts as in the MIG user guide,
+    NVIDIA/gpu-operator#118 and NVIDIA/mig-parted#181)."""
     if re.search(r"Resetting GPU \S+ is not supported", output):
         return SmiErrorKind.RESET_NOT_SUPPORTED
     if _IN_USE.search(output):
@@ -66,7 +69,7 @@ def classify(output: str) -> SmiErrorKind:
     return SmiErrorKind.OTHER
 
 
-# --- CSV queries (ref §3.2) ---------------------------------------------------------------
+# --- CSV queries (the MIG user guide's `--query-gpu ... --format=csv`) ---------------------------
 
 
 def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, str]]:
@@ -137,7 +140,8 @@ class ProcRow:
 
 def parse_compute_apps(text: str) -> list[ProcRow]:
     """`--query-compute-apps=gpu_bus_id,gpu_uuid,pid,used_memory,process_name
-    --format=csv,noheader,nounits` (field order ours; the format is the CSV of ref §3.2)."""
+    --format=csv,noheader,nounits` (field order ours; the CSV format of the MIG user guide's
+    `--query-gpu`)."""
     if "No running processes found" in text:
         return []
     has_header = text.lstrip().startswith("gpu_bus_id")
@@ -153,7 +157,7 @@ def parse_compute_apps(text: str) -> list[ProcRow]:
     return out
 
 
-# --- MIG tables (ref §3.3-§3.6) -------------------------------------------------------------
+# --- MIG tables (`-lgip`, `-lgipp`, `-lgi`, `-lci`, as in the MIG user guide) -------------------
 
 _LGIP_ROW = re.compile(
     r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s+([\d.]+)\s+(Yes|No)"
@@ -229,7 +233,7 @@ class PlacementRow:
 
 
 def parse_lgipp(text: str) -> list[PlacementRow]:
-    """`nvidia-smi mig -lgipp`: `GPU  0 Profile ID  9 Placements: {0,4}:4` (ref §3.4)."""
+    """`nvidia-smi mig -lgipp`: `GPU  0 Profile ID  9 Placements: {0,4}:4` (MIG user guide)."""
     out = []
     for line in text.splitlines():
         m = _LGIPP.match(line.strip())
@@ -310,8 +314,9 @@ class CiProfileRow:
 
 def parse_lcip(text: str) -> list[CiProfileRow]:
     """`nvidia-smi mig [-i N] [-gi G] -lcip`: per GPU instance, its compute-instance profiles
-    (`|   0      1       MIG 3g.20gb          2*     0/1   ...`, ref §3.6 and public listings);
-    the second line of each profile (CE, JPEG) has no row shape of its own and is skipped."""
+    (`|   0      1       MIG 3g.20gb          2*     0/1   ...`, MIG user guide and public
+    listings); the second line of each profile (CE, JPEG) has no row shape of its own and is
+    skipped."""
     out = []
     for line in text.splitlines():
         m = _LCIP_ROW.match(line.rstrip())

@@ -1,8 +1,11 @@
 """Pure parsers for what nvidia-smi prints on actions: mode changes, resets, creating and
-destroying instances, and `-L` (mig-anchors.md §3.1, §3.5, §3.7, §3.8).
+destroying instances, and `-L`, as printed in the MIG user guide
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html),
+NVIDIA/gpu-operator#118 and NVIDIA/mig-parted#181, and for `-L` in
+NVIDIA/cloud-native-docs@52dcb7b8d956:gpu-operator/manifests/output/mig-mixed-nvidia-smi.txt.
 
 The printed text is a hint, never proof: nvidia-smi prints `All done.` even when the mode stays
-pending (ref §3.1), so the agent reads the state back after every action.
+pending (NVIDIA/gpu-operator#118), so the agent reads the state back after every action.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ _MODE_PENDING = re.compile(
 
 
 def parse_mode_change(text: str) -> list[ModeChange]:
-    """`nvidia-smi -i N -mig 0|1`: done, or pending with the driver's reason (ref §3.1)."""
+    """`nvidia-smi -i N -mig 0|1`: done, or pending with the driver's reason (MIG user guide,
+    NVIDIA/gpu-operator#118)."""
     out = []
     for line in text.splitlines():
         line = line.strip()
@@ -52,9 +56,9 @@ class ResetResult:
 
 def parse_reset(text: str) -> list[ResetResult]:
     """`nvidia-smi -i N -r`: success, `not supported`, or the list of GPUs that could not be
-    reset with the reason (ref §3.1), also in older drivers' wordings: "GPU <bus> is currently in
-    use by another process." (NVIDIA/gpu-operator#118) and "Unable to reset GPU <bus> because
-    it's being used by some other process ..." (public captures)."""
+    reset with the reason (NVIDIA/mig-parted#181), also in older drivers' wordings: "GPU <bus> is
+    currently in use by another process." (NVIDIA/gpu-operator#118) and "Unable to reset GPU <bus>
+    because it's being used by some other process ..." (public captures)."""
     out = []
     refused = False
     for raw in text.splitlines():
@@ -86,7 +90,7 @@ class CreatedGi:
 class CreatedCi:
     gpu: int
     gi: int
-    ci: int | None  # `-cci` prints no CI ID (ref §3.5)
+    ci: int | None  # `-cci` prints no CI ID (MIG user guide)
     profile: str
     profile_id: int
 
@@ -102,7 +106,7 @@ _CCI = re.compile(
 
 
 def parse_created(text: str) -> tuple[list[CreatedGi], list[CreatedCi]]:
-    """`mig -cgi ... [-C]` and `mig -cci`: the instances created (ref §3.5)."""
+    """`mig -cgi ... [-C]` and `mig -cci`: the instances created (MIG user guide)."""
     gis: list[CreatedGi] = []
     cis: list[CreatedCi] = []
     for line in text.splitlines():
@@ -123,7 +127,7 @@ class Destroyed:
 
 
 def parse_destroyed(text: str) -> list[Destroyed]:
-    """`mig -dci` / `mig -dgi` success lines (ref §3.7)."""
+    """`mig -dci` / `mig -dgi` success lines (MIG user guide)."""
     out = []
     for line in text.splitlines():
         line = line.strip()
@@ -156,7 +160,8 @@ class ListedGpu:
 
 
 def parse_list(text: str) -> list[ListedGpu]:
-    """`nvidia-smi -L`, current and older spacing (ref §3.8)."""
+    """`nvidia-smi -L`, current and older spacing (NVIDIA/cloud-native-docs, see
+    above; the MIG user guide)."""
     out: list[ListedGpu] = []
     for line in text.splitlines():
         if m := re.match(r"^GPU (\d+): (.+) \(UUID: (GPU-[^)]+)\)\s*$", line):

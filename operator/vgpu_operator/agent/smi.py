@@ -5,9 +5,9 @@ The binary is `nvidia-smi` on PATH unless `VGPU_NVIDIA_SMI` or the `binary` argu
 another (the tests point it at the fake, devcluster.fakesmi, which is run exactly the same way).
 
 Placement syntax: `-cgi <profile>:<start>` is nvidia-smi's "profile tuple ... optional placement
-specifier, which consists of a colon and a placement start index" (`nvidia-smi mig -h`, as quoted
-in public wrappers; not in mig-anchors.md). The placement is a request; the agent reads back what
-the driver did.
+specifier, which consists of a colon and a placement start index" (`nvidia-smi mig -h`, as quoted in
+public wrappers; the MIG user guide does not show it). The placement is a request; the agent reads
+back what the driver did.
 
 Every call ends within a bound, the kill included. Each runs in a process group of its own; after
 its timeout the whole group is killed (a helper it started dies with it) and the agent waits at
@@ -248,7 +248,8 @@ class NvidiaSmi:
         return parse_mode_change(res.output)
 
     async def reset(self, index: int) -> list[ResetResult]:
-        """`-i N -r`: reset this GPU only (mig-parted resets every GPU of the node, ref §1.4)."""
+        """`-i N -r`: reset this GPU only (mig-parted resets every GPU of the node,
+        NVIDIA/mig-parted@v0.15.0:cmd/nvidia-mig-parted/util/device.go `nvmlResetAllGPUs`)."""
         res = await self.run("-i", str(index), "-r", check=False)
         results = parse_reset(res.output)
         if res.rc != 0 or any(not r.ok for r in results):

@@ -37,7 +37,6 @@ from vgpu_operator.controller.snapshot import (
 )
 from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
-from vgpu_operator.controller.volcano_writes import restart_inputs
 from vgpu_operator.core.findings import CONDITION, ConditionValue
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.pods import gpu_resources, interned
@@ -240,7 +239,7 @@ class Controller:
             self.reconciler.request_nodes(rollout.waiting_on_configuration)
         observer = self.reconciler.observer  # mode: observe (controller.observe)
         parsed = [p.parsed for p in self.policies.items.values()]
-        if observer is not None and observer.configuration(snapshot, parsed, restart_inputs):
+        if observer is not None and observer.configuration(snapshot, parsed):
             self.reconciler.request_full()  # the policies' Observed condition
 
     def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_operator import kubeapi
-from vgpu_operator.controller.rollout import gpu_pod_of
 from vgpu_operator.core.adoption import OnDelete, with_on_delete_default
 from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodestate import ClusterPlan
@@ -31,7 +30,7 @@ from vgpu_operator.core.observe import (
     node_would_do,
     observed_condition,
 )
-from vgpu_operator.core.plan import RestartInputsOf, plan
+from vgpu_operator.core.plan import plan
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.rules.snapshot import meta
 from vgpu_operator.core.validate import ParsedPolicy
@@ -66,23 +65,14 @@ class Observer:
         self,
         snapshot: ClusterSnapshot,
         policies: Iterable[ParsedPolicy],
-        inputs_of: RestartInputsOf,
     ) -> bool:
-        """A configuration pass's snapshot, planned as enforce would (`inputs_of`:
-        `controller.volcano_writes.restart_inputs`). True: what would change is not what it
-        was (the policies' status is then due)."""
+        """A configuration pass's snapshot, planned as enforce would. True: what would change
+        is not what it was (the policies' status is then due)."""
         as_enforce = replace(
             snapshot, config=snapshot.config.model_copy(update={"mode": "enforce"})
         )
         parsed = with_on_delete_default(policies, self.on_delete)
-        would = plan(
-            as_enforce,
-            parsed,
-            self.now(),
-            inputs_of,
-            gpu_pod_of,
-            settle_seconds=self.settle_seconds,
-        )
+        would = plan(as_enforce, parsed, self.now(), settle_seconds=self.settle_seconds)
         found = configuration_would_do(would)
         changed = found != self._configuration
         self._configuration = found

@@ -23,36 +23,31 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller import metrics
-from vgpu_operator.controller.observe import CONDITION as OBSERVED
 from vgpu_operator.controller.observe import Observer
+from vgpu_operator.controller.policy_writes import (
+    ExtraConditions,
+    PolicyEntry,
+    PolicyWrites,
+    export_gauges,
+)
 from vgpu_operator.controller.rollout import RolloutDriver
 from vgpu_operator.core.adoption import OnDelete, with_on_delete_default
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.events import node_events, policy_event
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
+from vgpu_operator.core.rollout_leave import plan_with_leaves
 from vgpu_operator.core.rollout_step import NodeStep
-from vgpu_operator.core.status import compute_status, status_patch
 from vgpu_operator.core.validate import ParsedPolicy
 from vgpu_operator.models.config import OperatorConfig
-from vgpu_operator.models.policy import VGPUNodePolicyStatus
 from vgpu_operator.waiting import run_passes
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
+__all__ = ["PolicyEntry", "Reconciler", "ReconcilerOptions", "failure_message"]
+
 # Posts an Event: (the object's reference, type, reason, message); kubeapi.events.EventPoster.
 EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
-
-
-@dataclass(frozen=True)
-class PolicyEntry:
-    """What the policy informer keeps per policy."""
-
-    parsed: ParsedPolicy
-    uid: str
-    resource_version: str
-    finalizers: tuple[str, ...]
-    status: Mapping[str, Any]
 
 
 @dataclass
@@ -89,12 +84,10 @@ BACKOFF_SLACK = 0.01  # the wake-up comes this much after the due time (never ju
 
 Snapshot = Callable[[], tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]]
 NodeUid = Callable[[str], str]
-# Conditions computed elsewhere for a policy owning these nodes (e.g. ConfigConsistent).
-ExtraConditions = Callable[[str, frozenset[str]], Mapping[str, tuple[str, str, str]]]
 
 
 @dataclass
-class Reconciler:
+class Reconciler(PolicyWrites):
     api: client.ApiClient
     snapshot: Snapshot
     post_event: EventPoster
@@ -123,6 +116,7 @@ class Reconciler:
     _backoff_timer_at: float = 0.0
     _retry_timer: asyncio.TimerHandle | None = None
     _steps: Mapping[str, NodeStep] | None = None  # the rollout's steps of the current pass
+    _held: Mapping[str, str] = field(default_factory=dict)  # leaving nodes not released yet
     passes: int = 0
     # Set while no node writes are under way (the configuration pass waits for it).
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -201,14 +195,10 @@ class Reconciler:
         )
         paced = self.rollout.decide(nodes, parsed) if self.rollout is not None else None
         self._steps = paced.steps if paced is not None else None
+        self._held = paced.held if paced is not None else {}
         wanted = only | set(self._steps or ())  # the rollout looks at every node
         targets = nodes.values() if full else [nodes[n] for n in wanted if n in nodes]
-        planned = plan_cluster(
-            targets,
-            parsed,
-            require_gpu_evidence=self.options.require_gpu_evidence,
-            steps=self._steps,
-        )
+        planned = self._plan(targets, parsed)
         written = await self._write_nodes(planned.plans, parsed, nodes)
         if paced is not None and self.rollout is not None:
             await self.rollout.act(paced, planned.plans, written, self.request_full)
@@ -227,12 +217,23 @@ class Reconciler:
                 self.observer.nodes(cluster, nodes)
             await self._write_statuses(cluster, nodes, policies)
             await self._release_finalizers(cluster, nodes, policies)
-            _export_gauges(cluster, nodes, policies)
+            export_gauges(cluster, nodes, policies)
         elif not self._status_scheduled:
             self._status_scheduled = True
             asyncio.get_running_loop().call_later(self.options.status_interval, self._status_pass)
         metrics.RECONCILES.labels(result="ok").inc()
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
+
+    def _plan(self, targets: Iterable[NodeFacts], parsed: list[ParsedPolicy]) -> ClusterPlan:
+        """The node plans of this pass: the rollout's steps carried, and a leaving node kept as
+        its pool's until its step releases it (`core.rollout_leave`)."""
+        return plan_with_leaves(
+            targets,
+            parsed,
+            require_gpu_evidence=self.options.require_gpu_evidence,
+            steps=self._steps,
+            held=self._held,
+        )
 
     def _status_pass(self) -> None:
         self._status_scheduled = False
@@ -299,12 +300,7 @@ class Reconciler:
                         self._node_gone(plan.node, nodes)
                         return
                     nodes[plan.node] = node_facts(fresh)
-                    plan = plan_cluster(
-                        [nodes[plan.node]],
-                        parsed,
-                        require_gpu_evidence=self.options.require_gpu_evidence,
-                        steps=self._steps,
-                    ).plans[plan.node]
+                    plan = self._plan([nodes[plan.node]], parsed).plans[plan.node]
                     continue
                 except kubeapi.NotFound:
                     self._node_gone(plan.node, nodes)
@@ -419,102 +415,6 @@ class Reconciler:
         current = {(p.node, pr.reason) for p in problems for pr in p.problems}
         self._reported &= current  # a problem that went away may be reported again later
 
-    # -- status -----------------------------------------------------------------------------
-    async def _write_statuses(
-        self,
-        cluster: ClusterPlan,
-        nodes: Mapping[str, NodeFacts],
-        policies: Mapping[str, PolicyEntry],
-    ) -> None:
-        now = self.now()
-        failures = {node: f[1] for node, f in self.node_backoff.failing().items()}
-        conditions: dict[str, dict[str, str]] = {}
-        try:
-            await self._write_each_status(cluster, nodes, policies, now, failures, conditions)
-        finally:
-            metrics.export_policy_conditions(conditions)
-
-    async def _write_each_status(
-        self,
-        cluster: ClusterPlan,
-        nodes: Mapping[str, NodeFacts],
-        policies: Mapping[str, PolicyEntry],
-        now: datetime,
-        failures: Mapping[str, str],
-        conditions: dict[str, dict[str, str]],
-    ) -> None:
-        for name, entry in policies.items():
-            if entry.parsed.deleting:
-                continue
-            mine = self._written_status.get(name)
-            if mine is not None and status_patch(entry.status, _as_status(mine)) is None:
-                del self._written_status[name]  # the watch delivered our write
-                mine = None
-            old = mine if mine is not None else dict(entry.status)
-            extra = None
-            if self.extra_conditions is not None:
-                owned = frozenset(n for n, a in cluster.assignments.items() if a.owner == name)
-                extra = self.extra_conditions(name, owned)
-            if self.observer is not None:
-                extra = {**(extra or {}), OBSERVED: self.observer.condition(name)}
-            new = compute_status(entry.parsed, cluster, nodes, old, now, extra, failures)
-            conditions[name] = {c.type: c.status for c in new.conditions}
-            body = status_patch(old, new)
-            if body is None:
-                continue
-            try:
-                await kubeapi.request(
-                    self.api,
-                    "PATCH",
-                    kubeapi.policy_path(name, status=True),
-                    body=body,
-                    content_type=kubeapi.MERGE_PATCH,
-                )
-            except kubeapi.NotFound:
-                continue
-            self._written_status[name] = body["status"]
-
-    def forget_policy(self, name: str) -> None:
-        self._written_status.pop(name, None)
-
-    # -- finalizers -------------------------------------------------------------------------
-    async def _release_finalizers(
-        self,
-        cluster: ClusterPlan,
-        nodes: Mapping[str, NodeFacts],
-        policies: Mapping[str, PolicyEntry],
-    ) -> None:
-        for name, entry in policies.items():
-            if not entry.parsed.deleting or contract.FINALIZER not in entry.finalizers:
-                continue
-            still = [n for n, f in nodes.items() if f.policy_label == name]
-            if still:
-                log.info("policy %s is being deleted; %d nodes still to clean", name, len(still))
-                if not all(n in self.node_backoff for n in still):
-                    self._retry_soon()  # (a node backing off brings its own pass when due)
-                continue
-            remaining = [f for f in entry.finalizers if f != contract.FINALIZER]
-            try:
-                await kubeapi.request(
-                    self.api,
-                    "PATCH",
-                    kubeapi.policy_path(name),
-                    body={
-                        "metadata": {
-                            "finalizers": remaining,
-                            "resourceVersion": entry.resource_version,
-                        }
-                    },
-                    content_type=kubeapi.MERGE_PATCH,
-                )
-            except kubeapi.NotFound:
-                continue
-            except kubeapi.Conflict:
-                log.info("policy %s changed while releasing its finalizer; again", name)
-                self._retry_soon()
-                continue
-            self.forget_policy(name)
-
 
 def failure_message(exc: BaseException) -> str:
     """A failed write as the status and the logs show it: the HTTP status and the apiserver's
@@ -547,31 +447,9 @@ def _written(
     }
 
 
-def _as_status(raw: Mapping[str, Any]) -> VGPUNodePolicyStatus:
-    return VGPUNodePolicyStatus.model_validate(raw)
-
-
 def _newer_or_same(seen: str, ours: str) -> bool:
     """resourceVersions are opaque, but etcd's are integers; compare when both parse."""
     try:
         return int(seen) >= int(ours)
     except ValueError:
         return seen == ours
-
-
-def _export_gauges(
-    cluster: ClusterPlan, nodes: Mapping[str, NodeFacts], policies: Iterable[str]
-) -> None:
-    """Nodes by policy, mode and state; transitions in flight per policy; conflicts."""
-    owned: dict[str, tuple[str, str, str]] = {}
-    transitions = dict.fromkeys(policies, 0)
-    for name, plan in cluster.plans.items():
-        if not (plan.new_owner and plan.new_mode):
-            continue
-        facts = nodes.get(name)
-        state = metrics.node_state(facts, refused=plan.action == "blocked")
-        owned[name] = (plan.new_owner, plan.new_mode, state)
-        if facts is not None and metrics.in_transition(facts):
-            transitions[plan.new_owner] = transitions.get(plan.new_owner, 0) + 1
-    conflicts = sum(1 for a in cluster.assignments.values() if a.conflicted)
-    metrics.export_nodes(owned, transitions, conflicts)

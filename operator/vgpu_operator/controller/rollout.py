@@ -22,6 +22,7 @@ from typing import Any
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodestate import NodePlan
+from vgpu_operator.core.pods import gpu_pod_of
 from vgpu_operator.core.rollout import GpuPod, PluginReading, RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout_plugin import plugin_readings
 from vgpu_operator.core.rules import ClusterSnapshot
@@ -35,21 +36,6 @@ EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
 EVICTIONS_AT_ONCE = 8  # parallel eviction requests per pass
 EVICTION_RETRY_SECONDS = 5.0  # a refused eviction is asked again this often (as kubectl drain)
 DRAIN_POLL_SECONDS = 1.0
-
-
-def gpu_pod_of(pod: Mapping[str, Any]) -> GpuPod | None:
-    """A pod of the index as the drain sees it; None for a pod the drain leaves alone: one a
-    DaemonSet owns (it would come back at once; `kubectl drain --ignore-daemonsets`)."""
-    meta = pod.get("metadata") or {}
-    owners = meta.get("ownerReferences") or []
-    if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners):
-        return None
-    volumes = (pod.get("spec") or {}).get("volumes") or []
-    return GpuPod(
-        key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        terminating=bool(meta.get("deletionTimestamp")),
-        empty_dir=any("emptyDir" in v for v in volumes),
-    )
 
 
 def eviction_path(key: str) -> str:

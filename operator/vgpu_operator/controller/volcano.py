@@ -31,7 +31,6 @@ from vgpu_operator.controller.volcano_writes import (
     Written,
     enforce_configuration,
     restart,
-    restart_inputs,
     retry_at,
     write_backoff,
 )
@@ -43,6 +42,7 @@ from vgpu_operator.core.findings import (
     finding_key,
     new_finding_events,
 )
+from vgpu_operator.core.restarts import restart_inputs
 from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef
 from vgpu_operator.core.rules.snapshot import meta
 from vgpu_operator.models.config import OperatorConfig

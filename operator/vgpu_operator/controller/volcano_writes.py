@@ -4,7 +4,9 @@ of HAMi's plugin DaemonSets (`core.rules.placement`: a nodeSelector on the node 
 `vgpu.volcano.sh/device-plugin` and tolerations for the policies' taints), and the restarts the
 planner asks for. A DaemonSet's args and placement go in one PATCH, which restarts its pods: it
 waits until what the plugin reads has settled, a placement change also for
-`core.restarts.rollout_due`, and it is recorded as a restart.
+`core.restarts.rollout_due`, and it is recorded as a restart. The same PATCH records on the
+DaemonSet what the placement set (annotation `vgpu.volcano.sh/placement`, `models.placement`):
+`vgpu-operator cleanup` takes off exactly that.
 
 Every write carries the resourceVersion it was computed from: a 409 means someone edited the
 object meanwhile, and the next pass renders from the newer version. Nothing is written when a
@@ -46,29 +48,26 @@ from vgpu_operator.core.render import (
 )
 from vgpu_operator.core.restarts import (
     RESTARTED_AT,
-    PluginPod,
     RestartAction,
-    RestartInputs,
     RestartSettings,
-    Workload,
     daemonset_key,
+    restart_inputs,
+    restarted_at,
     rollout_due,
 )
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.rules.placement import Placement, placements
 from vgpu_operator.core.rules.snapshot import (
     annotations_of,
-    data_changed_at,
     known_after,
     meta,
-    parse_time,
     pod_done,
-    pod_started,
 )
 from vgpu_operator.core.status import change_stamp
-from vgpu_operator.models.config import ConfigMapRef
+from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.volcano_views import WorkloadView, workload_view
+from vgpu_operator.models.placement import PlacementRecord
+from vgpu_operator.models.volcano_views import workload_view
 
 log = logging.getLogger("vgpu_operator.volcano")
 
@@ -350,6 +349,7 @@ class _DaemonSetPatch:
     what: list[str] = field(default_factory=list)
     args: bool = False
     due: datetime | None = None  # when it may go (None: now)
+    record: PlacementRecord | None = None  # the placement record, with this PATCH's placement
 
 
 async def _patch_daemonsets(
@@ -383,12 +383,17 @@ async def _patch_daemonsets(
         if p.patch is None or p.excluded or raw is None or p.adopted:
             continue  # (adopted: already runs exactly there, core.adoption_config)
         key = daemonset_key(p.namespace, p.name)
-        due = rollout_due(ledger, key, _restarted_at(raw), restarts, now)
+        due = rollout_due(ledger, key, restarted_at(raw), restarts, now)
         if due is None:
             continue  # restarts are not allowed: the rule reports the patch
         patch = patches.setdefault((p.namespace, p.name), _DaemonSetPatch(raw))
-        patch.spec.update(p.patch["spec"]["template"]["spec"])
+        placed = p.patch["spec"]["template"]["spec"]
+        patch.spec.update(placed)
         patch.what.append(_placement_what(p))
+        # what this placement sets, recorded on the DaemonSet for `cleanup` to take off exactly
+        patch.record = PlacementRecord.of(raw).adding(
+            placed.get("nodeSelector") or {}, p.added_tolerations
+        )
         patch.due = max(due, settled, patch.due or now)
     for (namespace, name), patch in patches.items():
         if patch.due is not None and patch.due > now:
@@ -396,7 +401,10 @@ async def _patch_daemonsets(
                 result.rollout_wait = patch.due
             result.pending.add((namespace, name))
             continue
-        body = {"spec": {"template": {"spec": patch.spec}}}
+        body: dict[str, Any] = {"spec": {"template": {"spec": patch.spec}}}
+        if patch.record is not None:
+            record = {contract.ANN_PLACEMENT: patch.record.to_annotation()}
+            body["metadata"] = {"annotations": record}
         if await _patch_daemonset(api, patch.raw, body, writes):
             result.plugin_args_patched = result.plugin_args_patched or patch.args
             result.rolled.append(("DaemonSet", namespace, name))
@@ -430,7 +438,8 @@ async def _patch_daemonset(
     key = ("DaemonSet", namespace, name)
     if not writes.ready(key):
         return False
-    body = {"metadata": {"resourceVersion": meta(ds).get("resourceVersion")}, **body}
+    metadata = {**(body.get("metadata") or {}), "resourceVersion": meta(ds).get("resourceVersion")}
+    body = {**body, "metadata": metadata}
     try:
         await kubeapi.request(
             api,
@@ -453,62 +462,6 @@ async def _patch_daemonset(
 
 
 # --- restarts ------------------------------------------------------------------------------
-
-
-def _restarted_at(obj: Mapping[str, Any] | None) -> datetime | None:
-    template = ((obj or {}).get("spec") or {}).get("template") or {}
-    return parse_time(((template.get("metadata") or {}).get("annotations") or {}).get(RESTARTED_AT))
-
-
-def _raw(items: list[dict[str, Any]], view: WorkloadView | None) -> dict[str, Any] | None:
-    if view is None:
-        return None
-    return next(
-        (
-            o
-            for o in items
-            if meta(o).get("namespace") == view.namespace and meta(o).get("name") == view.name
-        ),
-        None,
-    )
-
-
-def _live_starts(s: ClusterSnapshot, view: WorkloadView) -> tuple[datetime, ...]:
-    starts = [pod_started(p) for p in s.pods_of(view) if not pod_done(p)]
-    return tuple(t for t in starts if t is not None)
-
-
-def restart_inputs(s: ClusterSnapshot) -> RestartInputs:
-    """What the planner needs, read off the snapshot."""
-    sched_cm = s.scheduler_device_config.cm
-    conf_stamp = parse_time(annotations_of(s.scheduler_cm or {}).get(contract.ANN_DATA_CHANGED_AT))
-    sched_changed = [t for t in (data_changed_at(sched_cm) if sched_cm else None, conf_stamp) if t]
-    plugin_cm = s.plugin_device_config.cm
-    entries = {
-        node: t for node, raw in s.owned_node_entries.items() if (t := parse_time(raw)) is not None
-    }
-    scheduler = plugin = None
-    pods: list[PluginPod] = []
-    if s.scheduler is not None:
-        v = s.scheduler
-        raw = _raw(s.deployments, v)
-        scheduler = Workload(v.namespace, v.name, _restarted_at(raw), _live_starts(s, v))
-    if s.plugin is not None:
-        v = s.plugin
-        raw = _raw(s.daemonsets, v)
-        plugin = Workload(v.namespace, v.name, _restarted_at(raw), _live_starts(s, v))
-        for p in s.pods_of(v):
-            started, node = pod_started(p), (p.get("spec") or {}).get("nodeName")
-            if started is not None and node and not pod_done(p):
-                pods.append(PluginPod(v.namespace, str(meta(p).get("name")), str(node), started))
-    return RestartInputs(
-        scheduler_reads_changed=max(sched_changed) if sched_changed else None,
-        plugin_reads_changed=data_changed_at(plugin_cm) if plugin_cm else None,
-        node_entries_changed=entries,
-        scheduler=scheduler,
-        plugin=plugin,
-        plugin_pods=tuple(pods),
-    )
 
 
 def on_delete_pods(s: ClusterSnapshot, action: RestartAction) -> list[str]:

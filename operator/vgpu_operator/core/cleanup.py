@@ -11,10 +11,10 @@
   record that is not trusted (`OwnedRecordUntrusted`) is left with the
   labels and taints it names; only the node contract's own keys go.
 - HAMi's plugin DaemonSets: the placement patch `core.rules.placement.plan_placement` adds is
-  reverted: the nodeSelector key `vgpu.volcano.sh/device-plugin` and the tolerations it adds for
-  the policies' taints (exactly the form it writes them in; a DaemonSet that tolerated a taint
-  before was never given a second toleration for it). The DaemonSet carries no record of its
-  own, so the taints come from the nodes' records and the policies.
+  reverted as the DaemonSet's own record says (`vgpu.volcano.sh/placement`, written in the same
+  PATCH): the nodeSelector entry `vgpu.volcano.sh/device-plugin` and each toleration the
+  operator added for the policies' taints, nothing a person set (a DaemonSet that tolerated a
+  taint before was never given a second toleration for it, and keeps its own).
 - Policies: the finalizer `vgpu.volcano.sh/finalizer` is released (other finalizers stay).
 
 Every change is a merge PATCH carrying the resourceVersion it was computed from.
@@ -22,17 +22,17 @@ Every change is a merge PATCH carrying the resourceVersion it was computed from.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts, taint_key
-from vgpu_operator.core.nodestate import Desired, diff
+from vgpu_operator.core.nodepatch import Desired, diff
 from vgpu_operator.core.rollout_node import _restored
 from vgpu_operator.core.rules.placement import BLOCKING, SelectorKey, _toleration
 from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.models.placement import PlacementRecord, toleration_key
 from vgpu_operator.models.policy import Taint
 from vgpu_operator.models.rollout import NodeRollout
 
@@ -203,38 +203,74 @@ def operator_taints(
     return [t for _, t in sorted(found.items()) if t.effect in BLOCKING]
 
 
-def _canonical(toleration: Mapping[str, Any]) -> str:
-    return json.dumps({k: v for k, v in toleration.items() if v not in (None, "")}, sort_keys=True)
-
-
-def placement_revert(daemonset: Mapping[str, Any], taints: Iterable[Taint]) -> Change:
+def placement_revert(daemonset: Mapping[str, Any], taints: Iterable[Taint] = ()) -> Change:
     """The strategic merge PATCH that takes the operator's placement off a plugin DaemonSet:
-    its nodeSelector key and the tolerations it added (the list has no merge key in the Pod API,
-    so the PATCH carries the whole remaining list)."""
+    exactly what its record (`vgpu.volcano.sh/placement`, `models.placement`) says the operator
+    set: each recorded nodeSelector entry still carrying the recorded value, one toleration per
+    recorded one, and the record itself (the tolerations list has no merge key in the Pod API, so
+    the PATCH carries the whole remaining list). A person's nodeSelector keys and tolerations
+    stay. Without a readable record nothing is taken off: a `vgpu.volcano.sh/device-plugin`
+    nodeSelector or a toleration of the operator's `taints` is then named as left."""
     meta = _metadata(daemonset)
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     pod = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
     selector = pod.get("nodeSelector") or {}
-    tolerations = [t for t in pod.get("tolerations") or [] if isinstance(t, Mapping)]
-    added = {_canonical(_toleration(t)) for t in taints}
-    kept = [dict(t) for t in tolerations if _canonical(t) not in added]
+    tolerations = [dict(t) for t in pod.get("tolerations") or [] if isinstance(t, Mapping)]
+    raw = (meta.get("annotations") or {}).get(contract.ANN_PLACEMENT)
+    left: list[str] = []
+    try:
+        record = PlacementRecord.from_annotation(raw)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        record = None
+        left.append(
+            f"annotation {contract.ANN_PLACEMENT} ({str(exc).splitlines()[0]}): what the "
+            "operator's placement set cannot be told from what a person set; review the "
+            "nodeSelector and tolerations and remove the operator's by hand"
+        )
     spec: dict[str, Any] = {}
-    did = []
-    if SelectorKey in selector:
-        spec["nodeSelector"] = {SelectorKey: None}
-        did.append(f"removed nodeSelector {SelectorKey}={selector[SelectorKey]}")
+    did: list[str] = []
+    kept = list(tolerations)
+    for key, value in sorted((record.node_selector if record else {}).items()):
+        if selector.get(key) == value:
+            spec.setdefault("nodeSelector", {})[key] = None
+            did.append(f"removed nodeSelector {key}={value}")
+        elif key in selector:
+            left.append(f"nodeSelector {key}={selector[key]} (changed since the operator set it)")
+    for recorded in record.tolerations if record else []:
+        at = next(
+            (i for i, t in enumerate(kept) if toleration_key(t) == toleration_key(recorded)), None
+        )
+        if at is not None:
+            did.append(f"removed toleration {_taint_text(kept.pop(at))}")
     if len(kept) != len(tolerations):
         spec["tolerations"] = kept
-        did += [
-            f"removed toleration {_taint_text(t)}" for t in tolerations if _canonical(t) in added
+    if raw is None:
+        ours = {toleration_key(_toleration(t)) for t in taints}
+        if SelectorKey in selector:
+            left.append(f"nodeSelector {SelectorKey}={selector[SelectorKey]} ({_UNRECORDED})")
+        left += [
+            f"toleration {_taint_text(t)} ({_UNRECORDED})"
+            for t in tolerations
+            if toleration_key(t) in ours
         ]
-    if not spec:
-        return Change("DaemonSet", name, namespace, None)
-    patch = {
-        "metadata": {"resourceVersion": str(meta.get("resourceVersion") or "")},
-        "spec": {"template": {"spec": spec}},
+    if raw is None or record is None:
+        return Change("DaemonSet", name, namespace, None, tuple(did), tuple(left))
+    patch: dict[str, Any] = {
+        "metadata": {
+            "resourceVersion": str(meta.get("resourceVersion") or ""),
+            "annotations": {contract.ANN_PLACEMENT: None},
+        }
     }
-    return Change("DaemonSet", name, namespace, patch, tuple(did))
+    if spec:
+        patch["spec"] = {"template": {"spec": spec}}
+    did.append(f"removed annotation {contract.ANN_PLACEMENT}")
+    return Change("DaemonSet", name, namespace, patch, tuple(did), tuple(left))
+
+
+_UNRECORDED = (
+    f"no {contract.ANN_PLACEMENT} record says the operator set it, so it is a person's: remove "
+    "it by hand if it is not"
+)
 
 
 # --- policies ---------------------------------------------------------------------------------

@@ -42,15 +42,15 @@ from vgpu_operator.core.discovery_workloads import (
     pick,
 )
 from vgpu_operator.core.render.plugin_args import PLUGIN_IMAGE_HINT
-from vgpu_operator.models.config import (
+from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.config_errors import ConfigError, validation_issues
+from vgpu_operator.models.config_refs import (
     AUTO,
     DEFAULT_CORES_NAME,
     DEFAULT_COUNT_NAME,
     DEFAULT_MEMORY_NAME,
     DEFAULT_MEMORY_PERCENTAGE_NAME,
-    OperatorConfig,
 )
-from vgpu_operator.models.config_errors import ConfigError, validation_issues
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,
     DEVICE_CONFIG_KEY,

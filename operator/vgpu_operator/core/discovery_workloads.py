@@ -10,7 +10,7 @@ from typing import Any
 
 from vgpu_operator.core.render.plugin_args import PLUGIN_IMAGE_HINT
 from vgpu_operator.core.rules.plugin import ASCEND_IMAGE_HINT
-from vgpu_operator.models.config import AUTO
+from vgpu_operator.models.config_refs import AUTO
 from vgpu_operator.models.volcano_views import ContainerView, WorkloadView
 
 SCHEDULER_IMAGE_HINT = "vc-scheduler"

@@ -1,10 +1,13 @@
 """`knownMigGeometries`: one list for the whole cluster, built by appending only.
 
-The scheduler encodes a MIG pick as `<GPU-UUID>[<group>-<position>]` and the device plugin looks
-the group up in its own copy (reference §1.3), so a model already in the list must keep its
-group names and order forever: `build_known_geometries` takes the existing list (from the
-current ConfigMap) and only ever appends entries for GPU models no entry covers yet. Matching is
-the components' own: a model string is a substring of the device type `NVIDIA-<NVML name>`.
+The scheduler encodes a MIG pick as `<GPU-UUID>[<group>-<position>]` and the device plugin looks the
+group up in its own copy (`encodeMIGID` in
+volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go, `GenerateMigTemplate` in
+Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/plugin/server.go), so a model already in the
+list must keep its group names and order forever: `build_known_geometries` takes the existing list
+(from the current ConfigMap) and only ever appends entries for GPU models no entry covers yet.
+Matching is the components' own: a model string is a substring of the device type `NVIDIA-<NVML
+name>`.
 
 Sources of appended entries, in order: the operator config's catalog, the built-in defaults
 (A30, A100 40/80 GB, H100 80 GB, H200; memory values of the current plugin manifest where it has
@@ -300,5 +303,7 @@ def disagreements(reported: ReportedGpuModel) -> list[str]:
 
 
 def uncovered_models(entries: Sequence[MigGeometryEntry], names: Iterable[str]) -> list[str]:
-    """NVML names no entry matches (the scheduler falls back to hami-core for them, §9)."""
+    """NVML names no entry matches (the scheduler falls back to hami-core for
+    them: `checkNodeGPUSharingPredicateAndScore`,
+    volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/utils.go)."""
     return sorted({n for n in names if first_match(list(entries), n) is None})

@@ -1,7 +1,8 @@
 """The MIG planner: (observed GPUs, released NodeConfig, previously applied NodeConfig) -> ordered
 steps per GPU. Pure: no I/O; the agent (agent.apply) executes the steps through nvidia-smi.
 
-What it does better than mig-parted (mig-anchors.md §1.4-§1.6, §6):
+What it does better than mig-parted (NVIDIA/mig-parted@v0.15.0: cmd/nvidia-mig-parted/apply/,
+pkg/mig/config/config.go):
 - per GPU: a GPU that is already right gets no step, and a mode change resets only that GPU;
 - per instance: instances that already match the layout are kept, only the difference is
   destroyed and created (mig-parted clears the whole GPU on any change);
@@ -16,9 +17,10 @@ removed only when the node switches INTO dynamic mode (`previous` was not dynami
 GPUs a static layout does not name are left as they are. `ascend-vnpu` does not touch NVIDIA GPUs.
 
 Two phases: a GPU whose MIG mode is off and whose driver lists no profiles yet (drivers up to 535
-list none while MIG is off: mig-parted pkg/mig/discovery/discovery.go) gets only its mode step
-and `deferred`; the executor reads the profiles again once MIG is on and plans its instances
-then, from the driver's own listing (mig-parted too sets the mode first and the config second).
+list none while MIG is off: NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go) gets only its
+mode step and `deferred`; the executor reads the profiles again once MIG is on and plans its
+instances then, from the driver's own listing (mig-parted too sets the mode first and the config
+second).
 """
 
 from __future__ import annotations

@@ -1,21 +1,25 @@
 """MIG profiles per GPU model: the one table the planner, the fake nvidia-smi and the Volcano
 config (`knownMigGeometries`) share.
 
-Sources (shared/reference/mig-anchors.md, "ref" below): §3.3 (`mig -lgip` layouts), §3.4
-(placements, `mig -lgipp`), §3.9 (profile IDs per model, memory and SM counts), §3.2 (memory
-totals). Where the reference names a value, the value is the reference's. Everything else in an
-entry is named in its `unconfirmed` text: values taken from `mig -lgip` tables of the MIG user
-guide as copied in public notes (engine counts, some GiB figures), real listings cited at their
-entry, or estimates. The agent places instances from the driver's own `-lgip`/`-lgipp` only (ref
-§6 "Resolve profile names per GPU"); where the driver lists none yet (ref §1.6: drivers up to 535
-list none while MIG is off) this table only rejects impossible layouts before MIG is turned on
-(core.mig, two phases). It is also the model of the fake nvidia-smi and of the built-in
-`knownMigGeometries`.
+Sources: the MIG user guide
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html
+and supported-mig-profiles.html beside it: `mig -lgip` layouts, `mig -lgipp` placements, profiles
+per model), the listings in NVIDIA/mig-parted#97 (A100 80GB) and Summer-Lo/Docker_configuration
+`000-MIG/README.md` (A30; A100-SXM4-40GB memory total), and NVIDIA's GFD labels (SM counts,
+NVIDIA/cloud-native-docs@52dcb7b8d956:gpu-operator/manifests/output/mig-mixed-node-labels.json).
+Everything else in an entry is named in its `unconfirmed` text: values taken from `mig -lgip`
+tables of the MIG user guide as copied in public notes (engine counts, some GiB figures), real
+listings cited at their entry, or estimates. The agent places instances from the driver's own
+`-lgip`/`-lgipp` only (names and IDs differ per GPU model, NVIDIA/mig-parted#157); where the driver
+lists none yet (drivers up to 535 list none while MIG is off:
+NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go) this table only rejects impossible layouts
+before MIG is turned on (core.mig, two phases). It is also the model of the fake nvidia-smi and of
+the built-in `knownMigGeometries`.
 
-Geometry model: a GPU has `compute_slices` (7 or 4) and `memory_slices` (8 or 4). A GPU instance
-of a profile starts at one of `placements` and covers `size` memory slices `[start, start+size)`
-(ref §3.4: "`{<start indices>}:<memory-slice count>`"); the compute slices of all instances add up
-to at most `compute_slices`. The planner and the fake both use exactly this model.
+Geometry model: a GPU has `compute_slices` (7 or 4) and `memory_slices` (8 or 4). A GPU instance of
+a profile starts at one of `placements` and covers `size` memory slices `[start, start+size)`
+(`{<start indices>}:<memory-slice count>` in the user guide's `-lgipp`); the compute slices of all
+instances add up to at most `compute_slices`. The planner and the fake both use exactly this model.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from typing import Final, Literal, NamedTuple
 
 Arch = Literal["ampere", "hopper", "ada"]
 
-# NVML compute-instance profile enum by compute slices (ref §1.2: CI 1_SLICE=0, 2=1, 3=2, 4=3,
-# 7=4, 8=5, 6=6); the "full" CI of a GI uses all of the GI's compute slices.
+# NVML compute-instance profile enum by compute slices (NVIDIA/go-nvml@2f9e261fe40a:
+# gen/nvml/nvml.h: CI 1_SLICE=0, 2=1, 3=2, 4=3, 7=4, 8=5, 6=6); the "full" CI of a GI uses all of
+# the GI's compute slices.
 CI_PROFILE_BY_SLICES: Final[dict[int, int]] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 
 class MigProfile(NamedTuple):
     """One GPU-instance profile of one GPU model, as `nvidia-smi mig -lgip`/`-lgipp` show it."""
 
-    id: int  # the nvidia-smi profile ID (ref §1.2: not the NVML enum index)
+    id: int  # the nvidia-smi profile ID (`-lgip`'s ID column), not the NVML enum index
     name: str  # "1g.10gb", "1g.10gb+me"
     slices: int  # compute slices (the N of "Ng")
     size: int  # memory slices one instance covers (the ":N" of `-lgipp`)
@@ -47,7 +52,7 @@ class MigProfile(NamedTuple):
     jpeg: int
     ofa: int
     since_driver: int = 0  # first driver branch that offers the profile (0: always)
-    unconfirmed: str = ""  # what in this entry the reference does not confirm
+    unconfirmed: str = ""  # what in this entry no cited source confirms
     ci_profile: int = -1  # the CI profile `-C` creates when it is not the one by slices
 
     @property
@@ -77,7 +82,7 @@ class GpuModel(NamedTuple):
     compute_slices: int = 0
     memory_slices: int = 0
     profiles: tuple[MigProfile, ...] = ()
-    pci_device_id: str = ""  # mig-parted device-filter form, 0xDDDDVVVV (ref §2.7)
+    pci_device_id: str = ""  # mig-parted device-filter form, 0xDDDDVVVV (pkg/types/device.go)
     unconfirmed: str = ""
 
     @property
@@ -86,7 +91,9 @@ class GpuModel(NamedTuple):
 
     @property
     def mode_change_needs_reset(self) -> bool:
-        """Ampere needs a GPU reset for a MIG mode change; Hopper and later do not (ref §2.4)."""
+        """Ampere needs a GPU reset for a MIG mode change; Hopper and later do not
+        (`supportsMIGModeToggle`,
+        NVIDIA/k8s-dra-driver-gpu@22407113785e:cmd/gpu-kubelet-plugin/nvlib.go)."""
         return self.arch == "ampere"
 
     def profile(self, key: str | int) -> MigProfile | None:
@@ -102,7 +109,7 @@ class GpuModel(NamedTuple):
 
 # --- compact constructors -------------------------------------------------------------------
 
-_P7_1: Final = (0, 1, 2, 3, 4, 5, 6)  # 1g on 7-slice GPUs (ref §3.4)
+_P7_1: Final = (0, 1, 2, 3, 4, 5, 6)  # 1g on 7-slice GPUs (MIG user guide, `-lgipp`)
 _P7_1X2: Final = (0, 2, 4, 6)  # double-memory 1g
 _P7_2: Final = (0, 2, 4)
 _P7_3: Final = (0, 4)
@@ -156,7 +163,8 @@ def _sku(
     unconfirmed: str = "",
 ) -> GpuModel:
     """Another SKU of the same MIG geometry: the profiles of `base` under another NVML name
-    (mig-parted's own config groups these device IDs with `base`, ref §2.7)."""
+    (mig-parted's own config groups these device IDs with `base`:
+    NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml)."""
     return base._replace(
         key=key,
         nvml_name=nvml_name,
@@ -166,7 +174,7 @@ def _sku(
     )
 
 
-_GUIDE = "engine counts from the MIG user guide's -lgip table (public copies), not the reference"
+_GUIDE = "engine counts from the MIG user guide's -lgip table (public copies) only"
 # GA100's engine columns in a real `mig -lgip` of an A100-PCIE-40GB on driver 510.47.03
 # (yokatayama/e-learning@5b608b4:vmware/tkgs/nvidia-ai-enterprise/mig-enabled/README.md):
 # 2g DEC 1, 3g DEC 2, 4g DEC 2. The A100 80GB has the same die, so the same engines.
@@ -182,7 +190,7 @@ A100_40GB: Final = GpuModel(
     key="A100-SXM4-40GB",
     nvml_name="NVIDIA A100-SXM4-40GB",
     arch="ampere",
-    memory_mib=40537,  # ref §3.2
+    memory_mib=40537,  # Summer-Lo/Docker_configuration 000-MIG/README.md
     compute_slices=7,
     memory_slices=8,
     pci_device_id="0x20B010DE",
@@ -205,7 +213,7 @@ A100_80GB: Final = GpuModel(
     compute_slices=7,
     memory_slices=8,
     pci_device_id="0x20B210DE",
-    unconfirmed="memory.total (81920 MiB) is not in the reference",
+    unconfirmed="memory.total (81920 MiB) is not from a captured listing",
     profiles=(
         _p(19, "1g.10gb", 1, 9.50, 7, _P7_1, (14, 0, 0, 1, 0, 0)),
         _p(20, "1g.10gb+me", 1, 9.50, 1, _P7_1, (14, 1, 0, 1, 1, 1), since=470),
@@ -222,7 +230,7 @@ H100_80GB: Final = GpuModel(
     key="H100 80GB HBM3",
     nvml_name="NVIDIA H100 80GB HBM3",
     arch="hopper",
-    memory_mib=81559,  # ref §3.2
+    memory_mib=81559,  # GFD label nvidia.com/gpu.memory, cloud-native-docs (above)
     compute_slices=7,
     memory_slices=8,
     pci_device_id="0x233010DE",
@@ -247,7 +255,7 @@ H200: Final = GpuModel(
     compute_slices=7,
     memory_slices=8,
     pci_device_id="0x233510DE",
-    unconfirmed="memory.total (143771 MiB) is not in the reference",
+    unconfirmed="memory.total (143771 MiB) is not from a captured listing",
     profiles=(
         _p(19, "1g.18gb", 1, 16.00, 7, _P7_1, (16, 1, 0, 1, 1, 0)),
         _p(20, "1g.18gb+me", 1, 16.00, 1, _P7_1, (16, 1, 0, 1, 1, 1)),
@@ -307,7 +315,7 @@ H100_NVL: Final = GpuModel(
 
 # A real `mig -lgip` of a GH200 144G HBM3e (https://github.com/NVIDIA/mig-parted/pull/139, device
 # 0x234810DE): 1g.18gb 17.50 GiB 16 SM, 1g.36gb/2g.36gb 35.25 GiB 26/32 SM. The 3g.72gb name is
-# mig-parted's (config-default.yaml, ref §2.7).
+# mig-parted's (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml).
 _GH200_EST = "UNCONFIRMED: GiB and engines estimated from the 2g row and H200 (rows not seen)"
 GH200_144G: Final = GpuModel(
     key="GH200 144G HBM3e",
@@ -340,7 +348,8 @@ GH200_144G: Final = GpuModel(
 )
 
 # The PCIe and export SKUs of the 40GB/80GB geometries. mig-parted applies the same configs to
-# these device IDs (ref §2.7); the NVML names are the ones nvidia-smi prints.
+# these device IDs (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml); the NVML
+# names are the ones nvidia-smi prints.
 A100_PCIE_40GB: Final = _sku(
     A100_40GB,
     "A100-PCIE-40GB",
@@ -378,7 +387,7 @@ A30: Final = GpuModel(
     compute_slices=4,
     memory_slices=4,
     pci_device_id="0x20B710DE",
-    unconfirmed="memory.total, GiB and engine columns: public -lgip copies, not the reference",
+    unconfirmed="memory.total, GiB and engine columns: public -lgip copies only",
     profiles=(
         _p(14, "1g.6gb", 1, 5.81, 4, (0, 1, 2, 3), (14, 1, 0, 1, 0, 0)),
         _p(21, "1g.6gb+me", 1, 5.81, 1, (0, 1, 2, 3), (14, 1, 0, 1, 1, 1), since=470),
@@ -392,7 +401,7 @@ A30: Final = GpuModel(
             (0, 2),
             (28, 2, 0, 2, 1, 1),
             since=525,
-            unconfirmed="UNCONFIRMED: ID 6 and placements (ref §3.9: 'ID not seen')",
+            unconfirmed="UNCONFIRMED: ID 6 and placements (no listing shows the ID)",
         ),
         _p(0, "4g.24gb", 4, 23.44, 1, (0,), (56, 4, 0, 4, 1, 1)),
     ),
@@ -438,9 +447,9 @@ def model_for_name(name: str) -> GpuModel | None:
 
 
 # Ampere's MIG-capable parts (A100, A800, A30) need a GPU reset for a MIG mode change; Hopper and
-# later switch without one and lose MIG mode on a reset or reboot (ref §2.4; an NVIDIA engineer in
-# https://github.com/NVIDIA/gpu-admin-tools/issues/2: "On H100 the MIG enablement is controlled by
-# driver and it's all gone by the time the VM is gone and GPU resets").
+# later switch without one and lose MIG mode on a reset or reboot (NVIDIA/gpu-operator#2603; an
+# NVIDIA engineer in https://github.com/NVIDIA/gpu-admin-tools/issues/2: "On H100 the MIG enablement
+# is controlled by driver and it's all gone by the time the VM is gone and GPU resets").
 _AMPERE_NAME = re.compile(r"\bA(100|800|30)\b")
 
 
@@ -456,9 +465,9 @@ def arch_for_name(name: str) -> Arch:
 def gi_heap_id(memory_slices: int, size: int, start: int) -> int:
     """The GPU-instance ID the driver gives an instance of `size` memory slices at `start`.
 
-    Observed IDs fit a binary tree over the memory slices: ref §3.5 (`-cgi 9,3g.20gb` gave IDs 2
-    then 1; seven 1g on A100 got 13,11,12,7,8,9,10) and MIG user guide listings (1g@s -> 7+s,
-    2g@4 -> 5, 4g@0 -> 1, an H100 2g@0 -> 3 and 3g@4 -> 2). Used by the fake only; the agent
+    Observed IDs fit a binary tree over the memory slices: the MIG user guide's examples (`-cgi
+    9,3g.20gb` gave IDs 2 then 1; seven 1g on A100 got 13,11,12,7,8,9,10) and its listings (1g@s ->
+    7+s, 2g@4 -> 5, 4g@0 -> 1, an H100 2g@0 -> 3 and 3g@4 -> 2). Used by the fake only; the agent
     reads IDs back instead of predicting them.
     """
     return memory_slices // size - 1 + start // size

@@ -14,7 +14,7 @@ from vgpu_operator.core.mig_catalog import model_for_name
 from vgpu_operator.core.mig_place import Geometry, expand, geometry_of_gpu, solve
 from vgpu_operator.models.inventory import GpuInfo, Inventory
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import MigLayout, MigSpec
+from vgpu_operator.models.policy_modes import MigLayout, MigSpec
 
 _EXCLUDE_FIX = (
     "use mode hami-core or whole-gpu for this node, or keep the node out of this policy "
@@ -52,9 +52,11 @@ def effective_mig(config: NodeConfig | None) -> MigSpec | None:
 
 
 def switching_into_dynamic(desired: NodeConfig | None, previous: NodeConfig | None) -> bool:
-    """True when `desired` is dynamic MIG and the last applied configuration was not."""
+    """True when `desired` is dynamic MIG and the last applied configuration was not. Nothing
+    applied (`previous` None: no agent configured the node yet, e.g. MIG turned on by hand for
+    HAMi's dynamic MIG) is no switch: the instances there may be the device plugin's, in use."""
     mig = effective_mig(desired)
-    if mig is None or mig.partitioning != "dynamic":
+    if mig is None or mig.partitioning != "dynamic" or previous is None:
         return False
     before = effective_mig(previous)
     return before is None or before.partitioning != "dynamic"
@@ -182,7 +184,8 @@ def _label(gpus: Sequence[GpuInfo]) -> str:
 
 
 def example_layout(geometry: Geometry) -> dict[str, int]:
-    """mig-parted's `all-balanced` shape (ref §2.6): 7 slices {1g:2, 2g:1, 3g:1}; 4 slices
+    """mig-parted's `all-balanced` shape
+    (NVIDIA/mig-parted@v0.15.0:pkg/mig/builder/balanced.go): 7 slices {1g:2, 2g:1, 3g:1}; 4 slices
     {1g:2, 2g:1}; base profiles, and per size the one with the most instances."""
     out: dict[str, int] = {}
     want = {1: 2, 2: 1, 3: 1} if geometry.compute_slices >= 7 else {1: 2, 2: 1}

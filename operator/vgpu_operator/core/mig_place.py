@@ -1,12 +1,13 @@
 """Placement of MIG GPU instances: explicit start slices for a wanted set, computed up front.
 
 mig-parted creates instances without a placement and, when the driver's first fit fails, retries
-every permutation of the list after clearing the GPU (mig-anchors.md §1.4). Here the placements
-are found before anything is created: a backtracking search over the legal placements of each
-profile (from `-lgipp` or the catalog), largest instances first, next to the instances that are
+every permutation of the list after clearing the GPU
+(NVIDIA/mig-parted@v0.15.0:pkg/mig/config/config.go `iteratePermutationsUntilSuccess`). Here the
+placements are found before anything is created: a backtracking search over the legal placements of
+each profile (from `-lgipp` or the catalog), largest instances first, next to the instances that are
 kept. A feasible layout therefore never fails by ordering, and an infeasible one is known to be
-infeasible before the GPU is touched (ref §4.7: "a MIG layout can be legal per entry and
-impossible to place").
+infeasible before the GPU is touched (NVIDIA/k8s-test-infra#886: "a MIG layout can be legal per
+entry and impossible to place").
 
 Model (core.mig_catalog): instances may not share memory slices, and their compute slices add up
 to at most the GPU's compute slices. Pure functions, no I/O.

@@ -1,8 +1,8 @@
 """Verify: does what the GPUs report after an apply match the target? Pure.
 
 The agent reads the hardware back after every apply and reports success only when this returns
-no difference (never on a write alone: HAMi #2131, mig-parted #18 "applied successfully" while no
-instances existed, mig-anchors.md §1.6).
+no difference (never on a write alone: HAMi #2131, NVIDIA/mig-parted#18 "applied successfully"
+while no instances existed).
 """
 
 from __future__ import annotations

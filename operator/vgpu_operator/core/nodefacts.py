@@ -14,14 +14,14 @@ from pydantic import ValidationError
 
 from vgpu_operator import contract
 from vgpu_operator.core.textcache import ANNOTATIONS
-from vgpu_operator.models.node import NodeConfig, Owned
-from vgpu_operator.models.policy import (
+from vgpu_operator.models.labels import (
     SWITCH_LABELS,
     reserved_label,
     system_key,
     valid_label_key,
     valid_label_value,
 )
+from vgpu_operator.models.node import NodeConfig, Owned
 
 # Label prefixes GPU Feature Discovery (and NFD) write; kept apart for the validators.
 GFD_PREFIXES = ("nvidia.com/",)

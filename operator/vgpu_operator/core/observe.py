@@ -96,13 +96,30 @@ def node_would_do(cluster: ClusterPlan, nodes: Mapping[str, NodeFacts]) -> list[
     return out
 
 
-def _split(ref: str) -> tuple[str, str, str]:
-    """`Deployment ns/name: reason` (core.plan's restart lines) -> (kind, namespace, name)."""
-    head = ref.split(":", 1)[0].strip()
-    kind, _, where = head.partition(" ")
+_KEY_KINDS = {"deployment": "Deployment", "daemonset": "DaemonSet", "plugin-pod": "Node"}
+_ACTION_KINDS = {"rollout-deployment": "Deployment", "rollout-daemonset": "DaemonSet"}
+
+
+def _split(line: str) -> tuple[str, str, str, str]:
+    """One of core.plan's restart lines -> (kind, namespace, name, reason). Two forms: an action
+    due now, `rollout-deployment ns/name: reason`, and one deferred by the restart interval,
+    `deployment/ns/name at TIME: reason` (`core.restarts` ledger keys; `plugin-pod/<node>`, the
+    plugin pod on a node, is said on the Node). The reason and the time hold colons of their
+    own."""
+    first = line.split(" ", 1)[0]
+    key_kind, slash, rest = first.partition("/")
+    if slash and key_kind in _KEY_KINDS and " at " in line:
+        when, _, reason = line.split(" at ", 1)[1].partition(": ")
+        reason = f"{reason} (due at {when})"
+        if key_kind == "plugin-pod":
+            return "Node", "", rest, f"its device plugin pod: {reason}"
+        namespace, _, name = rest.partition("/")
+        return _KEY_KINDS[key_kind], namespace, name, reason
+    head, _, reason = line.partition(": ")
+    kind, _, where = head.strip().partition(" ")
     namespace, _, name = where.partition("/")
-    kinds = {"rollout-deployment": "Deployment", "rollout-daemonset": "DaemonSet"}
-    return kinds.get(kind, "Pod" if kind == "delete-pod" else kind), namespace, name
+    kind = _ACTION_KINDS.get(kind, "Pod" if kind == "delete-pod" else kind)
+    return kind, namespace, name, reason.strip() or line
 
 
 def configuration_would_do(plan: Plan) -> list[WouldDo]:
@@ -123,8 +140,7 @@ def configuration_would_do(plan: Plan) -> list[WouldDo]:
         what = f"patch ({'; '.join(w.what)}), which restarts its pods"
         out.append(WouldDo(w.kind, w.namespace, w.name, "write", what))
     for line in plan.restarts:
-        kind, namespace, name = _split(line)
-        reason = line.split(":", 1)[1].strip() if ":" in line else line
+        kind, namespace, name, reason = _split(line)
         out.append(WouldDo(kind, namespace, name, "restart", f"restart: {reason}"))
     return out
 

@@ -22,7 +22,7 @@ and the plan says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -34,8 +34,8 @@ from vgpu_operator.core.mergepatch import apply_merge_patch
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import NodePlan, plan_cluster
 from vgpu_operator.core.plan_config import ConfigMapChange, WorkloadPatch
-from vgpu_operator.core.pods import gpu_resources, holds_gpu
-from vgpu_operator.core.restarts import RestartInputs, RestartSettings, plan_restarts
+from vgpu_operator.core.pods import gpu_pod_of, gpu_resources, holds_gpu
+from vgpu_operator.core.restarts import RestartSettings, plan_restarts, restart_inputs
 from vgpu_operator.core.rollout import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout_node import change_kind
 from vgpu_operator.core.rollout_step import NodeStep
@@ -48,10 +48,6 @@ from vgpu_operator.models.policy import VGPUNodePolicySpec
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
 Obj = dict[str, Any]
-# `controller.volcano_writes.restart_inputs`: what the restart planner reads off a snapshot
-RestartInputsOf = Callable[[ClusterSnapshot], RestartInputs]
-# `controller.rollout.gpu_pod_of`: a GPU pod as the drain sees it (None: one it leaves alone)
-GpuPodOf = Callable[[Mapping[str, Any]], GpuPod | None]
 
 
 @dataclass(frozen=True)
@@ -212,7 +208,6 @@ def _decide(
     facts: list[Any],
     policies: Iterable[ParsedPolicy],
     now: datetime,
-    gpu_pod_of: GpuPodOf,
 ) -> RolloutPlan:
     """The rollout's decision from what the controller would hand it: each node's GPU pods and
     the plugin's registration."""
@@ -235,10 +230,8 @@ def _key(f: Finding) -> tuple[str, str, str]:
     return (f.id, f.severity, f.message)
 
 
-def _restarts(
-    s: ClusterSnapshot, inputs_of: RestartInputsOf, settings: RestartSettings, now: datetime
-) -> tuple[str, ...]:
-    restarts = plan_restarts(inputs_of(s), {}, settings, now)
+def _restarts(s: ClusterSnapshot, settings: RestartSettings, now: datetime) -> tuple[str, ...]:
+    restarts = plan_restarts(restart_inputs(s), {}, settings, now)
     done = [f"{a.kind} {a.namespace}/{a.name}: {a.reason}" for a in restarts.actions]
     later = [
         f"{d.key} at {d.until.isoformat(timespec='seconds')}: {d.reason}" for d in restarts.deferred
@@ -250,15 +243,13 @@ def plan(
     s: ClusterSnapshot,
     policies: Iterable[ParsedPolicy],
     now: datetime,
-    restart_inputs: RestartInputsOf,
-    gpu_pod_of: GpuPodOf,
     *,
     settle_seconds: float = 5.0,
 ) -> Plan:
     """What the operator would do to the cluster `s` in its next pass with `policies` (every
     policy it would see: the live ones, with a proposed one added or put in place of its live
-    version); the two functions are the controller's (`controller.volcano_writes.restart_inputs`,
-    `controller.rollout.gpu_pod_of`)."""
+    version). The GPU pods and restart inputs are read off `s` as the controller reads them
+    (`core.pods.gpu_pod_of`, `core.restarts.restart_inputs`)."""
     parsed = {p.name: p for p in policies}
     notes: list[str] = []
     for p in parsed.values():
@@ -266,7 +257,7 @@ def plan(
             problems = "; ".join(f"{x.field}: {x.message}" for x in p.problems)
             notes.append(f"policy {p.name} is invalid (its nodes are held): {problems}")
     facts = [node_facts(n) for n in s.nodes]
-    decision = _decide(s, facts, parsed.values(), now, gpu_pod_of)
+    decision = _decide(s, facts, parsed.values(), now)
     cluster = plan_cluster(
         facts,
         parsed.values(),
@@ -315,7 +306,7 @@ def plan(
         after, configmaps = plan_config.configmaps(after, change_stamp(now), notes)
         after, workloads = plan_config.daemonsets(after)
         settings = RestartSettings.from_config(s.config, settle_seconds)
-        restarts = _restarts(after, restart_inputs, settings, now)
+        restarts = _restarts(after, settings, now)
     else:
         notes.append("mode: report: the operator writes only the nodes; doctor names the rest")
     before_findings = {_key(f): f for f in run_rules(s).findings}

@@ -27,7 +27,7 @@ from vgpu_operator.core.render import (
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.rules.placement import placements
 from vgpu_operator.core.rules.snapshot import annotations_of, meta, name_of
-from vgpu_operator.models.config import ConfigMapRef
+from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
 
 Obj = dict[str, Any]

@@ -3,7 +3,7 @@
 The controller indexes only the pods that hold GPU resources (`holds_gpu`): the API cannot
 select pods by what they request, so every pod passes through the watch and this predicate
 decides, before anything is kept. `compact_pod` keeps of a pod only what the rules, the fit
-checks (`core.unschedulable`) and the drain read.
+checks (`core.unschedulable`) and the drain read; `gpu_pod_of` is such a pod as the drain sees it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_operator.core.rollout_node import GpuPod
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig
 from vgpu_operator.models.volcano import HARDCODED_ALLOCATABLE, LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER
 from vgpu_operator.models.volcano_views import WorkloadView
@@ -150,6 +151,21 @@ def gpu_pod(resources: GpuResources) -> Callable[[Mapping[str, Any]], Obj | None
         return kept
 
     return parse
+
+
+def gpu_pod_of(pod: Mapping[str, Any]) -> GpuPod | None:
+    """A pod of the index as the drain sees it; None for a pod the drain leaves alone: one a
+    DaemonSet owns (it would come back at once; `kubectl drain --ignore-daemonsets`)."""
+    meta = pod.get("metadata") or {}
+    owners = meta.get("ownerReferences") or []
+    if any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners):
+        return None
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return GpuPod(
+        key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        terminating=bool(meta.get("deletionTimestamp")),
+        empty_dir=any("emptyDir" in v for v in volumes),
+    )
 
 
 def pod_key(obj: Mapping[str, Any]) -> str:

@@ -1,7 +1,9 @@
 """Restart planning: which Volcano/HAMi components must restart to re-read what changed, and when.
 
 Both the scheduler and the device plugin read the device config once per process, and the plugin
-reads its node-config entry once at start (reference §1.4, §2). So:
+reads its node-config entry once at start (`InitDevicesConfig` under `sync.Once` in
+volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go; `LoadNvidiaConfig`
+before the restart loop in Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:cmd/vgpu/main.go). So:
 - a change of what the scheduler reads once (its device ConfigMap, or the deviceshare arguments
   the operator wrote into its conf) -> a rollout restart of the scheduler Deployment;
 - a change of the device ConfigMap the plugin reads -> a rollout restart of the plugin DaemonSet;
@@ -16,12 +18,14 @@ when one of its live pods started before the last change of what it reads, and n
 requested since that change. That makes it coalesced (many changes arriving together: the restart
 waits `settle` after the last of them, so it happens once) and restart-safe (an operator restart
 does not repeat a rollout already under way). It is rate-limited: the same component is not
-restarted again within `minIntervalSeconds` of the previous restart (a scheduler restart can
-strand pending vGPU pods, §9); what has to wait is returned as deferred, with the time it is due.
+restarted again within `minIntervalSeconds` of the previous restart (a scheduler restart can strand
+pending vGPU pods: in its first session deviceshare can skip the device predicate); what has to wait
+is returned as deferred, with the time it is due.
 Pod start times are whole seconds, so a pod that started in the second of a change counts as
 started before it (`rules.snapshot.started_before`), and a restart is never carried out before
 that second is over: its replacement pods are then known to be newer.
-Pure: `now` and the ledger of previous restarts are passed in.
+What the planner reads is taken off a snapshot by `restart_inputs`. Pure: `now` and the ledger
+of previous restarts are passed in.
 """
 
 from __future__ import annotations
@@ -29,10 +33,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from vgpu_operator.core.rules.snapshot import known_after, started_before
+from vgpu_operator import contract
+from vgpu_operator.core.rules.snapshot import (
+    ClusterSnapshot,
+    annotations_of,
+    data_changed_at,
+    known_after,
+    meta,
+    parse_time,
+    pod_done,
+    pod_started,
+    started_before,
+)
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.volcano_views import WorkloadView
 
 ActionKind = Literal["rollout-deployment", "rollout-daemonset", "delete-pod"]
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets
@@ -121,6 +137,66 @@ def daemonset_key(namespace: str, name: str) -> str:
 
 def node_pod_key(node: str) -> str:
     return f"plugin-pod/{node}"
+
+
+# --- what the planner reads off a snapshot -------------------------------------------------
+
+
+def restarted_at(obj: Mapping[str, Any] | None) -> datetime | None:
+    """The pod template's restartedAt annotation of a Deployment or DaemonSet (None: never)."""
+    template = ((obj or {}).get("spec") or {}).get("template") or {}
+    return parse_time(((template.get("metadata") or {}).get("annotations") or {}).get(RESTARTED_AT))
+
+
+def _raw(items: list[dict[str, Any]], view: WorkloadView | None) -> dict[str, Any] | None:
+    if view is None:
+        return None
+    return next(
+        (
+            o
+            for o in items
+            if meta(o).get("namespace") == view.namespace and meta(o).get("name") == view.name
+        ),
+        None,
+    )
+
+
+def _live_starts(s: ClusterSnapshot, view: WorkloadView) -> tuple[datetime, ...]:
+    starts = [pod_started(p) for p in s.pods_of(view) if not pod_done(p)]
+    return tuple(t for t in starts if t is not None)
+
+
+def restart_inputs(s: ClusterSnapshot) -> RestartInputs:
+    """What the planner needs, read off the snapshot."""
+    sched_cm = s.scheduler_device_config.cm
+    conf_stamp = parse_time(annotations_of(s.scheduler_cm or {}).get(contract.ANN_DATA_CHANGED_AT))
+    sched_changed = [t for t in (data_changed_at(sched_cm) if sched_cm else None, conf_stamp) if t]
+    plugin_cm = s.plugin_device_config.cm
+    entries = {
+        node: t for node, raw in s.owned_node_entries.items() if (t := parse_time(raw)) is not None
+    }
+    scheduler = plugin = None
+    pods: list[PluginPod] = []
+    if s.scheduler is not None:
+        v = s.scheduler
+        raw = _raw(s.deployments, v)
+        scheduler = Workload(v.namespace, v.name, restarted_at(raw), _live_starts(s, v))
+    if s.plugin is not None:
+        v = s.plugin
+        raw = _raw(s.daemonsets, v)
+        plugin = Workload(v.namespace, v.name, restarted_at(raw), _live_starts(s, v))
+        for p in s.pods_of(v):
+            started, node = pod_started(p), (p.get("spec") or {}).get("nodeName")
+            if started is not None and node and not pod_done(p):
+                pods.append(PluginPod(v.namespace, str(meta(p).get("name")), str(node), started))
+    return RestartInputs(
+        scheduler_reads_changed=max(sched_changed) if sched_changed else None,
+        plugin_reads_changed=data_changed_at(plugin_cm) if plugin_cm else None,
+        node_entries_changed=entries,
+        scheduler=scheduler,
+        plugin=plugin,
+        plugin_pods=tuple(pods),
+    )
 
 
 def _latest(*times: datetime | None) -> datetime | None:

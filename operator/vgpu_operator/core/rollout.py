@@ -31,15 +31,23 @@ continues exactly where it stood and never releases twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from pydantic import ValidationError
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import NodeFacts
-from vgpu_operator.core.nodestate import desired_for
+from vgpu_operator.core.nodepatch import desired_for
+from vgpu_operator.core.rollout_leave import (
+    advance_leave,
+    leavable_policies,
+    leaving_nodes,
+    needs_pacing,
+    start_leave,
+)
 from vgpu_operator.core.rollout_node import (
     GpuPod,
     NodeContext,
@@ -53,7 +61,8 @@ from vgpu_operator.core.rollout_plugin import PluginReading
 from vgpu_operator.core.rollout_step import NodeEvent, NodeStep
 from vgpu_operator.core.selection import select
 from vgpu_operator.core.validate import ParsedPolicy
-from vgpu_operator.models.policy import RolloutSpec, VGPUNodePolicy
+from vgpu_operator.models.policy import VGPUNodePolicy
+from vgpu_operator.models.policy_rollout import RolloutSpec
 from vgpu_operator.models.rollout import NodeRollout
 
 __all__ = [
@@ -87,6 +96,9 @@ class RolloutPlan:
     steps: Mapping[str, NodeStep]  # nodes whose release goes through the rollout
     policies: Mapping[str, PolicyRollout]
     due: datetime | None = None  # the earliest timeout: decide again then
+    # Leaving nodes kept as their pool's until their step releases them (node -> the policy
+    # they leave): the planner writes only the step for them (`core.rollout_leave.held_plan`).
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 def parse_rollout(facts: NodeFacts) -> tuple[NodeRollout | None, str | None]:
@@ -97,43 +109,43 @@ def parse_rollout(facts: NodeFacts) -> tuple[NodeRollout | None, str | None]:
         return None, str(exc).splitlines()[0]
 
 
+Starter = Callable[[], NodeStep]
+
+
 def decide(
     views: Iterable[NodeView],
     policies: Mapping[str, VGPUNodePolicy],
     now: datetime,
     refusals: Mapping[str, str] | None = None,
+    *,
+    leaving: Mapping[str, str] | None = None,
+    leaving_policies: Mapping[str, VGPUNodePolicy] | None = None,
 ) -> RolloutPlan:
     """Every node's step and every policy's rollout. `policies`: the usable ones by name;
-    `refusals`: the apiserver's last answer to an eviction, by pod (namespace/name)."""
+    `refusals`: the apiserver's last answer to an eviction, by pod (namespace/name);
+    `leaving`: node -> the policy it leaves (`core.rollout_leave.leaving_nodes`), paced by
+    that policy (one of `leaving_policies`, which may be being deleted)."""
     desired = {name: desired_for(p) for name, p in policies.items()}
+    everyone = {**(leaving_policies or {}), **policies}
+    leaves = leaving or {}
     views = list(views)
     pool: dict[str, int] = {}
     for v in views:
-        if v.owner is not None and v.owner in policies:
-            pool[v.owner] = pool.get(v.owner, 0) + 1
+        mine = v.owner if v.owner is not None and v.owner in policies else leaves.get(v.facts.name)
+        if mine is not None:
+            pool[mine] = pool.get(mine, 0) + 1
     steps: dict[str, NodeStep] = {}
-    charged: dict[str, list[str]] = {name: [] for name in policies}
-    failed: dict[str, list[tuple[str, str, str]]] = {name: [] for name in policies}
-    candidates: dict[str, list[NodeContext]] = {name: [] for name in policies}
+    charged: dict[str, list[str]] = {name: [] for name in everyone}
+    # Nodes whose transition ends in this pass: their slot frees once that write has landed
+    # (the next pass), so the apiserver never shows a node started before another one ended.
+    ending: dict[str, int] = dict.fromkeys(everyone, 0)
+    failed: dict[str, list[tuple[str, str, str]]] = {name: [] for name in everyone}
+    candidates: dict[str, list[tuple[str, Starter, RolloutSpec]]] = {n: [] for n in everyone}
+    held: set[str] = set()
     due: datetime | None = None
     for v in views:
         r, error = parse_rollout(v.facts)
-        owner = v.owner if v.owner in policies else None
-        want = desired.get(owner) if owner is not None else None
-        target = want.target if want is not None else None
-        rules = r.policy if r is not None else None
-        policy = policies.get(owner or rules or "")
-        spec = policy.spec.rollout if policy is not None else RolloutSpec()
-        ctx = NodeContext(
-            view=v,
-            spec=spec,
-            target=target,
-            target_text=want.target_text if want is not None else None,
-            kind=change_kind(target, v.facts.config),
-            generation=policy.generation if policy is not None else 0,
-            now=now,
-            refusals=refusals or {},
-        )
+        left = leaves.get(v.facts.name)
         if error is not None:
             # Unreadable: never guess where it stood. Hold the release and report it.
             steps[v.facts.name] = NodeStep(
@@ -146,40 +158,87 @@ def decide(
                     "checking the node's cordon and its nvidia.com/gpu.deploy.* labels",
                 ),
             )
+            if left is not None:
+                held.add(v.facts.name)
             continue
-        if r is None:
-            if owner is not None and ctx.kind in ("restart", "disruptive"):
-                candidates[owner].append(ctx)
-            continue
-        step = advance(ctx, r)
-        if step is None:
-            continue
+        if left is not None or (r is not None and r.kind == "leave"):
+            name = left or (r.policy if r is not None else "")
+            leaving_from = everyone.get(name)
+            ctx = NodeContext(
+                view=v,
+                spec=leaving_from.spec.rollout if leaving_from is not None else RolloutSpec(),
+                target=None,
+                target_text=None,
+                kind="disruptive",
+                generation=leaving_from.generation if leaving_from is not None else 0,
+                now=now,
+                refusals=refusals or {},
+            )
+            if r is None:
+                if needs_pacing(v.facts, v.pods):  # else it leaves at once
+                    candidates[name].append(
+                        (v.facts.name, partial(start_leave, ctx, name), ctx.spec)
+                    )
+                    held.add(v.facts.name)
+                continue
+            step = start_leave(ctx, name, r) if r.kind != "leave" else advance_leave(ctx, r)
+            if left is not None and step.rollout is not None and not step.rollout.released:
+                held.add(v.facts.name)  # keeps its pool's labels and taints until released
+        else:
+            owner = v.owner if v.owner in policies else None
+            want = desired.get(owner) if owner is not None else None
+            target = want.target if want is not None else None
+            rules = r.policy if r is not None else None
+            policy = policies.get(owner or rules or "")
+            spec = policy.spec.rollout if policy is not None else RolloutSpec()
+            ctx = NodeContext(
+                view=v,
+                spec=spec,
+                target=target,
+                target_text=want.target_text if want is not None else None,
+                kind=change_kind(target, v.facts.config),
+                generation=policy.generation if policy is not None else 0,
+                now=now,
+                refusals=refusals or {},
+            )
+            if r is None:
+                if owner is not None and ctx.kind in ("restart", "disruptive"):
+                    candidates[owner].append((v.facts.name, partial(start, ctx), spec))
+                continue
+            maybe = advance(ctx, r)
+            if maybe is None:
+                continue
+            step = maybe
         steps[v.facts.name] = step
         nr = step.rollout
+        if nr is None and r is not None and r.policy in ending:
+            ending[r.policy] += 1
         if nr is not None and nr.policy in charged:
             charged[nr.policy].append(v.facts.name)
             if nr.failed:
                 failed[nr.policy].append((v.facts.name, nr.reason, nr.message))
             else:
-                at = min(due_at(nr, spec), step.wake or datetime.max.replace(tzinfo=UTC))
+                at = min(due_at(nr, ctx.spec), step.wake or datetime.max.replace(tzinfo=UTC))
                 due = at if due is None or at < due else due
     summaries: dict[str, PolicyRollout] = {}
-    for name, policy in policies.items():
+    for name, policy in everyone.items():
         budget = policy.spec.rollout.budget(pool.get(name, 0))
         waiting: list[str] = []
-        room = 0 if failed[name] else budget - len(charged[name])
-        for ctx in sorted(candidates[name], key=lambda c: c.facts.name):
+        room = 0 if failed[name] else budget - len(charged[name]) - ending[name]
+        for node, begin, spec in sorted(candidates[name], key=lambda c: c[0]):
             if room > 0:
                 room -= 1
-                step = start(ctx)
-                steps[ctx.facts.name] = step
-                charged[name].append(ctx.facts.name)
+                step = begin()
+                steps[node] = step
+                charged[name].append(node)
                 if step.rollout is not None:
-                    at = due_at(step.rollout, ctx.spec)
+                    at = due_at(step.rollout, spec)
                     due = at if due is None or at < due else due
+                if step.rollout is not None and step.rollout.released:
+                    held.discard(node)  # a leave with drain disabled: released now
             else:
-                waiting.append(ctx.facts.name)
-                steps[ctx.facts.name] = NodeStep(node=ctx.facts.name)  # held
+                waiting.append(node)
+                steps[node] = NodeStep(node=node)  # held
         summaries[name] = PolicyRollout(
             policy=name,
             budget=budget,
@@ -187,7 +246,8 @@ def decide(
             waiting=tuple(waiting),
             failed=tuple(sorted(failed[name])),
         )
-    return RolloutPlan(steps=steps, policies=summaries, due=due)
+    holding = {n: leaves[n] for n in held if n in leaves}
+    return RolloutPlan(steps=steps, policies=summaries, due=due, held=holding)
 
 
 def rolling_policies(policies: Iterable[ParsedPolicy]) -> dict[str, VGPUNodePolicy]:
@@ -216,6 +276,7 @@ def decide_cluster(
     facts = list(nodes)
     selectable = [p.policy for p in parsed if p.usable and p.policy is not None]
     assignments = select(facts, selectable)
+    leavable = leavable_policies(parsed)
     views = [
         NodeView(
             facts=f,
@@ -226,4 +287,11 @@ def decide_cluster(
         )
         for f in facts
     ]
-    return decide(views, rolling_policies(parsed), now, refusals)
+    return decide(
+        views,
+        rolling_policies(parsed),
+        now,
+        refusals,
+        leaving=leaving_nodes(facts, assignments, leavable),
+        leaving_policies=leavable,
+    )

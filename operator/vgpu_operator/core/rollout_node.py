@@ -25,7 +25,7 @@ from vgpu_operator.core.rollout_plugin import (
 from vgpu_operator.core.rollout_step import OPERAND_LABELS, PAUSED_VALUE, NodeEvent, NodeStep
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import RolloutSpec
+from vgpu_operator.models.policy_rollout import RolloutSpec
 from vgpu_operator.models.rollout import Kind, NodeRollout, Phase
 from vgpu_operator.models.volcano import PayloadError, parse_register
 

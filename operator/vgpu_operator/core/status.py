@@ -193,14 +193,7 @@ def compute_status(
         )
 
     if parsed.deleting:
-        still = sorted(n for n, f in nodes.items() if f.policy_label == name)
-        message = f"releasing {_count(len(still), 'node')}"
-        conditions["Ready"] = ("False", "Deleting", message)
-        conditions["Reconciling"] = ("True", "Deleting", message)
-        conditions["Stalled"] = ("False", "Deleting", "")
-        return _finish(
-            name, generation, {**extra, **conditions}, [], len(still), 0, old_status, now
-        )
+        return _deleting(parsed, nodes, extra, old_status, now)
 
     suspended = parsed.policy.spec.suspend
     summary = f"{len(ready)}/{len(owned)} nodes ready"
@@ -235,6 +228,51 @@ def compute_status(
     problems.sort(key=lambda p: (p.node, p.reason))
     return _finish(
         name, generation, {**extra, **conditions}, problems, len(owned), len(ready), old_status, now
+    )
+
+
+def _leaving(facts: NodeFacts, policy: str) -> NodeRollout | None:
+    """The node's record of a transition charged to `policy` (a leave, `core.rollout_leave`)."""
+    try:
+        record = NodeRollout.from_annotation(facts.annotations.get(contract.ANN_ROLLOUT))
+    except (ValidationError, ValueError):
+        return None
+    return record if record is not None and record.policy == policy else None
+
+
+def _deleting(
+    parsed: ParsedPolicy,
+    nodes: Mapping[str, NodeFacts],
+    extra: Mapping[str, tuple[str, str, str]],
+    old_status: Mapping[str, Any] | None,
+    now: datetime,
+) -> VGPUNodePolicyStatus:
+    """A policy being deleted: its finalizer waits for its nodes to leave (at once, or paced by
+    `spec.rollout` while GPU pods run on them); the conditions say how far that is."""
+    name = parsed.name
+    still = sorted(
+        n for n, f in nodes.items() if f.policy_label == name or _leaving(f, name) is not None
+    )
+    records = {n: r for n in still if (r := _leaving(nodes[n], name)) is not None}
+    failed = sorted(n for n, r in records.items() if r.failed)
+    moving = len(records) - len(failed)
+    message = f"releasing {_count(len(still), 'node')}"
+    if records:
+        message += (
+            f": {moving} in transition, {len(still) - len(records)} waiting, "
+            f"{len(failed)} failed (spec.rollout paces nodes that run GPU pods)"
+        )
+    problems = [p for n in failed if (p := _rollout_problem(nodes[n])) is not None]
+    conditions: dict[str, tuple[str, str, str]] = {
+        "Ready": ("False", "Deleting", message),
+        "Reconciling": ("True", "Deleting", message),
+        "Stalled": ("False", "Deleting", ""),
+    }
+    if problems:
+        first = f"{problems[0].node}: {problems[0].message}"
+        conditions["Stalled"] = ("True", "NodeProblems", _clip(f"{message}; first: {first}"))
+    return _finish(
+        name, parsed.generation, {**extra, **conditions}, problems, len(still), 0, old_status, now
     )
 
 

@@ -24,13 +24,8 @@ from pydantic import ValidationError
 from vgpu_operator import contract
 from vgpu_operator.core import mig_catalog, mig_place
 from vgpu_operator.core.nodefacts import UNTRUSTED, NodeFacts, TaintKey, taint_value
-from vgpu_operator.models.policy import (
-    Taint,
-    VGPUNodePolicy,
-    VGPUNodePolicySpec,
-    valid_label_key,
-    valid_label_value,
-)
+from vgpu_operator.models.labels import valid_label_key, valid_label_value
+from vgpu_operator.models.policy import Taint, VGPUNodePolicy, VGPUNodePolicySpec
 
 
 @dataclass(frozen=True)

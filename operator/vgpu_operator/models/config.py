@@ -5,7 +5,8 @@ here once: the four vGPU resource names, `gpuMemoryFactor`, where each ConfigMap
 Deployment is, whether the operator writes (`enforce`), writes only the nodes (`report`) or
 nothing but its policies' status and Events (`observe`), what a deleted policy leaves
 (`onDelete`), how often it may restart components, whether Ascend vNPU (HAMi mode) is in use,
-and the MIG geometry catalog.
+and the MIG geometry catalog (`config_mig`). The field types and the references to objects and
+resource names are `config_refs`.
 
 `load_config(text)` refuses invalid input with one line per problem, naming the field path and
 the fix (`ConfigError`); the operator does not start on it.
@@ -19,169 +20,26 @@ before anything reads or writes (`auto_fields`).
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from vgpu_operator.core import mig_catalog
 from vgpu_operator.models.config_errors import ConfigError, ConfigIssue, validation_issues
-from vgpu_operator.models.volcano import MigGeometryEntry
-
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-CONFIGMAP_KEY = r"^[-._a-zA-Z0-9]+$"
-# An extended resource name: `<domain>/<name>` (kubelet rejects names without a domain).
-RESOURCE_NAME = (
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+from vgpu_operator.models.config_mig import MigGeometries
+from vgpu_operator.models.config_refs import (
+    AUTO,
+    ConfigMapRef,
+    ConfigModel,
+    ResourceNames,
+    WorkloadRef,
+    auto_paths,
+    cross_field_error,
+    fix_hint,
 )
 
-# A value resolved from the cluster at start (core.discovery) instead of written here.
-AUTO = "auto"
-AUTO_RESOURCE_NAME = rf"^(?:{AUTO}$|{RESOURCE_NAME[1:]})"
 
-DEFAULT_COUNT_NAME = "volcano.sh/vgpu-number"
-DEFAULT_MEMORY_NAME = "volcano.sh/vgpu-memory"
-DEFAULT_MEMORY_PERCENTAGE_NAME = "volcano.sh/vgpu-memory-percentage"
-DEFAULT_CORES_NAME = "volcano.sh/vgpu-cores"
-
-
-def _fix(text: str) -> dict[str, Any]:
-    """Attach the fix a person should apply when this field is invalid."""
-    return {"fix": text}
-
-
-def _invalid(subpath: str, problem: str, fix: str) -> PydanticCustomError:
-    """A cross-field error: `subpath` continues the location of the model that raises it."""
-    return PydanticCustomError(
-        "operator_config", "{problem}", {"problem": problem, "fix": fix, "subpath": subpath}
-    )
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-Namespace = Annotated[
-    str,
-    Field(
-        pattern=DNS_LABEL,
-        max_length=63,
-        json_schema_extra=_fix("use a namespace name: lower-case letters, digits and '-'"),
-    ),
-]
-ObjectName = Annotated[
-    str,
-    Field(
-        pattern=DNS_SUBDOMAIN,
-        max_length=253,
-        json_schema_extra=_fix("use an object name: lower-case letters, digits, '-' and '.'"),
-    ),
-]
-DataKey = Annotated[
-    str,
-    Field(
-        pattern=CONFIGMAP_KEY,
-        max_length=253,
-        json_schema_extra=_fix("use a ConfigMap data key: letters, digits, '-', '_' and '.'"),
-    ),
-]
-ResourceName = Annotated[
-    str,
-    Field(
-        pattern=AUTO_RESOURCE_NAME,
-        max_length=317,
-        json_schema_extra=_fix(
-            "use an extended resource name '<domain>/<name>', e.g. volcano.sh/vgpu-number, "
-            "or 'auto' (resolved from the cluster)"
-        ),
-    ),
-]
-
-
-def _all_auto(data: Any, fields: tuple[str, ...]) -> Any:
-    """`auto` for a whole reference stands for `auto` in each of its fields."""
-    return dict.fromkeys(fields, AUTO) if data == AUTO else data
-
-
-def _autos(model: BaseModel, prefix: str) -> list[str]:
-    """The aliases (dotted, under `prefix`) of the fields of `model` that are `auto`."""
-    out = []
-    for name, info in type(model).model_fields.items():
-        if getattr(model, name) == AUTO:
-            out.append(f"{prefix}.{info.alias or name}")
-    return out
-
-
-class ConfigMapRef(_Model):
-    namespace: Namespace
-    name: ObjectName
-    key: DataKey
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto(cls, data: Any) -> Any:
-        return _all_auto(data, ("namespace", "name", "key"))
-
-    def ref(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-    def is_auto(self) -> bool:
-        return AUTO in (self.namespace, self.name, self.key)
-
-
-class WorkloadRef(_Model):
-    """A DaemonSet or Deployment, and (optionally) which of its containers is the one that
-    matters; unset: the container whose image or name says so, else the first."""
-
-    namespace: Namespace
-    name: ObjectName
-    container: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto(cls, data: Any) -> Any:
-        return _all_auto(data, ("namespace", "name", "container"))
-
-    def is_auto(self) -> bool:
-        return AUTO in (self.namespace, self.name, self.container)
-
-
-class ResourceNames(_Model):
-    count: ResourceName = DEFAULT_COUNT_NAME
-    memory: ResourceName = DEFAULT_MEMORY_NAME
-    memory_percentage: ResourceName = Field(
-        default=DEFAULT_MEMORY_PERCENTAGE_NAME, alias="memoryPercentage"
-    )
-    cores: ResourceName = DEFAULT_CORES_NAME
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto(cls, data: Any) -> Any:
-        return _all_auto(data, ("count", "memory", "memoryPercentage", "cores"))
-
-    @model_validator(mode="after")
-    def _distinct(self) -> ResourceNames:
-        names = [n for n in self.names() if n != AUTO]  # resolved ones are checked again
-        if len(set(names)) != len(names):
-            raise _invalid(
-                "",
-                "the four resource names must differ (count, memory, memoryPercentage, cores)",
-                "give each its own name",
-            )
-        return self
-
-    def names(self) -> tuple[str, str, str, str]:
-        return (self.count, self.memory, self.memory_percentage, self.cores)
-
-    def is_default(self) -> bool:
-        return self == ResourceNames()
-
-
-class DeviceDefaults(_Model):
+class DeviceDefaults(ConfigModel):
     """Values of the `nvidia:` section that apply to every node without a per-node override."""
 
     device_split_count: int = Field(
@@ -189,7 +47,7 @@ class DeviceDefaults(_Model):
         ge=1,
         le=128,
         alias="deviceSplitCount",
-        json_schema_extra=_fix("use 1..128 (how many pods may share one GPU)"),
+        json_schema_extra=fix_hint("use 1..128 (how many pods may share one GPU)"),
     )
     device_memory_scaling: float = Field(default=1.0, gt=0, le=100, alias="deviceMemoryScaling")
     device_core_scaling: float = Field(default=1.0, gt=0, le=100, alias="deviceCoreScaling")
@@ -199,7 +57,7 @@ class DeviceDefaults(_Model):
     overwrite_env: bool = Field(default=False, alias="overwriteEnv")
 
 
-class SchedulerRef(_Model):
+class SchedulerRef(ConfigModel):
     config_map: ConfigMapRef = Field(
         default=ConfigMapRef(
             namespace="volcano-system",
@@ -211,7 +69,7 @@ class SchedulerRef(_Model):
     deployment: WorkloadRef = WorkloadRef(namespace="volcano-system", name="volcano-scheduler")
 
 
-class RestartPolicy(_Model):
+class RestartPolicy(ConfigModel):
     """Whether the operator may restart the scheduler and the device plugins after a change
     they only read at start, and at most how often (a scheduler restart can strand pods)."""
 
@@ -221,11 +79,11 @@ class RestartPolicy(_Model):
         ge=0,
         le=86400,
         alias="minIntervalSeconds",
-        json_schema_extra=_fix("use 0..86400 seconds"),
+        json_schema_extra=fix_hint("use 0..86400 seconds"),
     )
 
 
-class AscendVnpu(_Model):
+class AscendVnpu(ConfigModel):
     """HAMi-mode Ascend vNPU: the scheduler reads `vnpus:` from the same ConfigMap as `nvidia:`;
     the operator mirrors it there from `hami-scheduler-device`, the Ascend plugin's source."""
 
@@ -238,108 +96,7 @@ class AscendVnpu(_Model):
     )
 
 
-MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb([+-][a-z.]+)?$")
-# The scheduler encodes a MIG pick as `<GPU-UUID>[<group>-<position>]` and splits it on "-"
-# expecting two parts (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go);
-# the pod annotation joins fields, devices and containers with "," ":" ";" (nvidia/vgpu/utils.go
-# `encodePodDevices`). A group name with any of these, or brackets, breaks the pick.
-MIG_GROUP = re.compile(r"^[A-Za-z0-9_.]+$")
-MAX_COMPUTE_SLICES = 7  # the most any MIG GPU has (A100, H100, H200); A30 has 4
-
-
-def _compute_slices(models: list[str]) -> tuple[int, str]:
-    """The compute slices of the GPUs an entry's model strings match (substrings of
-    `NVIDIA-<NVML name>`): the fewest of the known models matched, else the most any MIG GPU
-    has; and the model that sets the limit."""
-    limit, which = MAX_COMPUTE_SLICES, ""
-    for gpu in mig_catalog.MIG_MODELS.values():
-        if any(m and m in f"NVIDIA-{gpu.nvml_name}" for m in models) and (
-            gpu.compute_slices < limit
-        ):
-            limit, which = gpu.compute_slices, gpu.nvml_name
-    return limit, which
-
-
-def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
-    """The payload model is lenient (the Go readers are); the catalog is checked strictly."""
-
-    def fail(where: str, problem: str, fix: str) -> None:
-        raise _invalid(path + where, problem, fix)
-
-    if entry.model_extra:
-        fail("", f"unknown keys {sorted(entry.model_extra)}", "use models and allowedGeometries")
-    if not entry.models or any(not m.strip() for m in entry.models):
-        fail(".models", "needs at least one non-empty model string", "add NVML name substrings")
-    if not entry.allowed_geometries:
-        fail(".allowedGeometries", "needs at least one group", "add a group of MIG profiles")
-    groups: set[str] = set()
-    limit, limited_by = _compute_slices(list(entry.models))
-    for g, group in enumerate(entry.allowed_geometries):
-        where = f".allowedGeometries[{g}]"
-        if group.model_extra:
-            fail(where, f"unknown keys {sorted(group.model_extra)}", "use group and geometries")
-        if not group.group or group.group in groups:
-            fail(where + ".group", "group names must be set and unique", "name each group once")
-        if not MIG_GROUP.match(group.group):
-            fail(
-                where + ".group",
-                f"{group.group!r}: the scheduler splits MIG device ids on '-' and the pod "
-                "annotation on ',', ':' and ';'",
-                "use letters, digits, '_' and '.' only (e.g. group1)",
-            )
-        groups.add(group.group)
-        if not group.geometries:
-            fail(where + ".geometries", "needs at least one profile", "add name/memory/count")
-        for t, tmpl in enumerate(group.geometries):
-            at = f"{where}.geometries[{t}]"
-            if tmpl.model_extra:
-                fail(at, f"unknown keys {sorted(tmpl.model_extra)}", "use name, memory, count")
-            if not MIG_PROFILE.match(tmpl.name):
-                fail(at + ".name", f"{tmpl.name!r} is not a MIG profile", "write e.g. 1g.10gb")
-            if tmpl.memory <= 0:
-                fail(at + ".memory", "must be > 0", "give the profile's memory in MiB")
-            if not 1 <= tmpl.count <= 7:
-                fail(at + ".count", "must be 1..7", "give how many of this profile the group has")
-        used = sum(int(t.name.split("g.", 1)[0]) * t.count for t in group.geometries)
-        if used > limit:
-            gpu = f"{limited_by} has" if limited_by else "no MIG GPU has more than"
-            fail(
-                where + ".geometries",
-                f"the group needs {used} compute slices (the <G> of <G>g.<GB>gb times the count), "
-                f"but {gpu} {limit}: the device plugin's nvidia-mig-parted apply fails, which "
-                "stops the plugin",
-                f"keep each group within {limit} compute slices",
-            )
-
-
-class MigGeometries(_Model):
-    """The `knownMigGeometries` catalog: entries here first, then the built-in defaults (A30,
-    A100 40/80 GB, H100, H200) and the built-in MIG catalog's other models (`builtins`), then,
-    for a model none of these knows, entries built from the profiles node agents report
-    (`fromInventory`; only reports that pass core.geometry's sanity check)."""
-
-    builtins: bool = True
-    from_inventory: bool = Field(default=True, alias="fromInventory")
-    catalog: list[MigGeometryEntry] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _catalog_valid(self) -> MigGeometries:
-        seen: dict[str, int] = {}
-        for i, entry in enumerate(self.catalog):
-            _check_catalog_entry(f"catalog[{i}]", entry)
-            for model in entry.models:
-                if model in seen:
-                    raise _invalid(
-                        f"catalog[{i}].models",
-                        f"model {model!r} is already listed in catalog[{seen[model]}]; the "
-                        "scheduler only ever uses the first match",
-                        "list each model once",
-                    )
-                seen[model] = i
-        return self
-
-
-class NvidiaDevicePluginMatch(_Model):
+class NvidiaDevicePluginMatch(ConfigModel):
     """How to recognise NVIDIA's own device plugin pods (they must not run on managed nodes)."""
 
     pod_labels: list[dict[str, str]] = Field(
@@ -354,14 +111,14 @@ class NvidiaDevicePluginMatch(_Model):
     )
 
 
-class OperatorConfig(_Model):
+class OperatorConfig(ConfigModel):
     resource_names: ResourceNames = Field(default_factory=ResourceNames, alias="resourceNames")
     gpu_memory_factor: int = Field(
         default=1,
         ge=1,
         le=1024,
         alias="gpuMemoryFactor",
-        json_schema_extra=_fix(
+        json_schema_extra=fix_hint(
             "use a whole number 1..1024 (MiB per registered memory unit; note it changes "
             "the unit of every vgpu-memory request)"
         ),
@@ -401,7 +158,7 @@ class OperatorConfig(_Model):
     # report what enforce would write, restart or reconfigure (core.observe).
     mode: Literal["enforce", "report", "observe"] = Field(
         default="enforce",
-        json_schema_extra=_fix(
+        json_schema_extra=fix_hint(
             "use 'enforce' (write what the operator owns), 'report' (write the nodes, report "
             "the Volcano ConfigMaps) or 'observe' (write nothing, report what enforce would do)"
         ),
@@ -411,7 +168,7 @@ class OperatorConfig(_Model):
     on_delete: Literal["Delete", "Retain"] = Field(
         default="Delete",
         alias="onDelete",
-        json_schema_extra=_fix(
+        json_schema_extra=fix_hint(
             "use 'Delete' (a deleted policy's nodes are cleaned) or 'Retain' (left as they are)"
         ),
     )
@@ -424,7 +181,7 @@ class OperatorConfig(_Model):
     require_gpu_evidence: bool = Field(
         default=True,
         alias="requireGpuEvidence",
-        json_schema_extra=_fix(
+        json_schema_extra=fix_hint(
             "true (the default): a node is written only when it shows its mode's hardware; "
             "false only in clusters without GPU Feature Discovery or the device plugins"
         ),
@@ -444,7 +201,7 @@ class OperatorConfig(_Model):
             if AUTO in ref:
                 continue  # checked again once resolved
             if ref in seen:
-                raise _invalid(
+                raise cross_field_error(
                     field,
                     f"names the same ConfigMap {ref[0]}/{ref[1]} as {seen[ref]}, but each "
                     "holds a different format",
@@ -467,7 +224,7 @@ class OperatorConfig(_Model):
             (self.scheduler.deployment, "scheduler.deployment"),
             (self.ascend_vnpu.scheduler_device, "ascendVnpu.schedulerDevice"),
         ]
-        return [path for model, prefix in parts for path in _autos(model, prefix)]
+        return [path for model, prefix in parts for path in auto_paths(model, prefix)]
 
 
 # --- loading ---------------------------------------------------------------------------

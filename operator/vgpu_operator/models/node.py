@@ -14,13 +14,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vgpu_operator import contract
-from vgpu_operator.models.policy import AscendVnpuSpec, HamiCoreSpec, MigSpec, Taint
+from vgpu_operator.models.policy import Taint
+from vgpu_operator.models.policy_modes import AscendVnpuSpec, HamiCoreSpec, MigSpec
 
-# The GPU Operator's mig-manager (mig-anchors.md §2): its DaemonSet runs on nodes labelled
-# `nvidia.com/gpu.deploy.mig-manager=true` (NVIDIA/gpu-operator
-# assets/state-mig-manager/0600_daemonset.yaml) and applies the mig-parted config the node's
-# `nvidia.com/mig.config` label names. A policy's `disableNvidiaMigManager` sets the first to
-# "false" on its nodes; the agent applies no static layout where the manager is configured.
+# The GPU Operator's mig-manager (NVIDIA/mig-parted@v0.15.0:cmd/nvidia-mig-manager): its DaemonSet
+# runs on nodes labelled `nvidia.com/gpu.deploy.mig-manager=true`
+# (NVIDIA/gpu-operator@a22dbf671f2e:assets/state-mig-manager/0600_daemonset.yaml) and applies the
+# mig-parted config the node's `nvidia.com/mig.config` label names. A policy's
+# `disableNvidiaMigManager` sets the first to "false" on its nodes; the agent applies no static
+# layout where the manager is configured.
 GPU_OPERATOR_MIG_MANAGER_LABEL = contract.GPU_OPERATOR_MIG_MANAGER_LABEL
 GPU_OPERATOR_MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 

@@ -5,143 +5,43 @@ Field names are the CRD's (camelCase). Every cross-field rule is declared once, 
 `AdmissionRule` in the `RULES` of the model it sits on: its CEL expression goes into the CRD
 (`x-kubernetes-validations`, the apiserver refuses the object) and its Python predicate runs when
 the model validates (the operator refuses a spec written before the CRD had the rule), both with
-the same field and message. What CEL cannot express is checked by the operator (core.validate).
+the same field and message (`models.admission`). What CEL cannot express is checked by the
+operator (core.validate). The spec's parts are models of their own: `policy_modes` (hamiCore,
+ascendVnpu, mig), `policy_rollout` (rollout), `labels` (which label and taint keys are valid).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from vgpu_operator import contract
-
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+from vgpu_operator.models.admission import (
+    AdmissionRule,
+    PolicyModel,
+    as_stored,
+    cel_literal,
+    cel_rules,
 )
-LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
-MIG_PROFILE_PATTERN = r"^[1-8]g\.[0-9]+gb(\+me)?$"
-# A label or taint key whose prefix is kubernetes.io or k8s.io, or ends in .kubernetes.io or
-# .k8s.io: reserved for Kubernetes' own components (https://kubernetes.io/docs/reference/
-# labels-annotations-taints/); node-restriction.kubernetes.io/ labels steer isolated workloads.
-SYSTEM_KEY_PATTERN = r"^([^/]*\.)?(kubernetes\.io|k8s\.io)/"
+from vgpu_operator.models.labels import (
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    RESERVED_LABEL_PREFIX,
+    SWITCH_LABELS,
+    SYSTEM_KEY_PATTERN,
+    reserved_label,
+    system_key,
+)
+from vgpu_operator.models.policy_modes import AscendVnpuSpec, HamiCoreSpec, MigSpec
+from vgpu_operator.models.policy_rollout import RolloutSpec
+
 MAX_NAME_LENGTH = 63  # the policy name is the value of the vgpu.volcano.sh/policy label
-
-_LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
-_LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
-_SYSTEM_KEY = re.compile(SYSTEM_KEY_PATTERN)
-
-
-def valid_label_key(key: str) -> bool:
-    """A syntactically valid label (or taint) key: `[prefix/]name`, prefix at most 253."""
-    prefix, _, name = key.rpartition("/")
-    return bool(_LABEL_KEY.fullmatch(key)) and len(prefix) <= 253 and len(name) <= 63
-
-
-def valid_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_LABEL_VALUE.fullmatch(value))
-
-
-def system_key(key: str) -> bool:
-    """A key under kubernetes.io/ or k8s.io/ (or a subdomain of them): never the operator's."""
-    return bool(_SYSTEM_KEY.match(key))
-
-
-def cel_literal(text: str) -> str:
-    """A CEL single-quoted string literal for `text` (backslashes and quotes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-@dataclass(frozen=True)
-class AdmissionRule:
-    """One cross-field rule, declared once. `cel` is what the apiserver evaluates (`self` is the
-    object the rule sits on); `check(obj)` is the same predicate on the validated model, True
-    when the object passes. `field` is relative to that object (`.mig`), as CEL's `fieldPath`
-    (empty: the object itself); `message` is what both say when the rule fails."""
-
-    cel: str
-    message: str
-    check: Callable[[Any], bool]
-    field: str = ""
-
-    def schema(self) -> dict[str, str]:
-        entry = {"rule": self.cel, "message": self.message}
-        if self.field:
-            entry["fieldPath"] = self.field
-        return entry
-
-    def error(self) -> str:
-        """The model's error text: `<field>: <message>` (core.validate maps it to the path)."""
-        return f"{self.field.lstrip('.')}: {self.message}" if self.field else self.message
-
-
-def cel_rules(rules: tuple[AdmissionRule, ...]) -> dict[str, Any]:
-    """`json_schema_extra` carrying the rules' CEL (`x-kubernetes-validations`)."""
-    return {"x-kubernetes-validations": [r.schema() for r in rules]}
-
-
-def failed_rule(obj: Any, rules: tuple[AdmissionRule, ...]) -> AdmissionRule | None:
-    return next((r for r in rules if not r.check(obj)), None)
-
-
-# Label keys a policy may not set through nodeLabels: the operator's own namespace and the GPU
-# Operator's switches (managed by disableNvidiaDevicePlugin and disableNvidiaMigManager).
-RESERVED_LABEL_PREFIX = f"{contract.GROUP}/"
-SWITCH_LABELS = (
-    contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL,
-    contract.GPU_OPERATOR_MIG_MANAGER_LABEL,
-)
 MAX_NODE_LABELS = 64
 MAX_NODE_TAINTS = 32
-MAX_MIG_PROFILES = 16
-MAX_MIG_LAYOUTS = 64
-MIG_COMPUTE_SLICES = 7
 
 
-def _profile_slices(profile: str) -> int:
-    """Compute slices of a GPU instance profile: the `<G>` of `<G>g.<GB>gb`."""
-    return int(profile.split("g.", 1)[0])
-
-
-def reserved_label(key: str) -> bool:
-    return key.startswith(RESERVED_LABEL_PREFIX) or key in SWITCH_LABELS
-
-
-def as_stored(value: Any) -> Any:
-    """A spec as the apiserver validates and stores it: `null` members of an object dropped
-    (a non-nullable field's null is pruned before validation) and integral numbers (`5.0`) as
-    integers (an integer field takes them). With the models strict (no "5" for 5, no 1 for
-    true, as the apiserver), the models then accept exactly what the CRD accepts."""
-    if isinstance(value, dict):
-        return {k: as_stored(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [as_stored(v) for v in value]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    return value
-
-
-class Model(BaseModel):
-    """Strict base: unknown fields are errors, so a typo never passes silently, and no value is
-    coerced from another type. A subclass's `RULES` are checked after its fields (the first
-    that fails is the error)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
-    RULES: ClassVar[tuple[AdmissionRule, ...]] = ()
-
-    @model_validator(mode="after")
-    def _admission_rules(self) -> Any:
-        failed = failed_rule(self, type(self).RULES)
-        if failed is not None:
-            raise ValueError(failed.error())
-        return self
-
-
-class LabelSelectorRequirement(Model):
+class LabelSelectorRequirement(PolicyModel):
     key: Annotated[str, Field(min_length=1, max_length=317, pattern=LABEL_KEY_PATTERN)]
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[Annotated[str, Field(max_length=63)]] = Field(default_factory=list)
@@ -158,7 +58,7 @@ class LabelSelectorRequirement(Model):
     model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
-class LabelSelector(Model):
+class LabelSelector(PolicyModel):
     """A standard Kubernetes label selector; a policy's must not be empty (an empty selector
     would select every node, CPU-only and control-plane nodes included)."""
 
@@ -182,197 +82,16 @@ class LabelSelector(Model):
     model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
 
 
-class Taint(Model):
+class Taint(PolicyModel):
     key: Annotated[str, Field(min_length=1, max_length=317, pattern=LABEL_KEY_PATTERN)]
     value: Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)] = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
-class FilterDevices(Model):
-    """GPUs the device plugin must not register on the node."""
-
-    uuid: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    index: list[Annotated[int, Field(ge=0, le=63)]] = Field(default_factory=list)
-
-
-class HamiCoreSpec(Model):
-    """Per-node overrides the HAMi plugin reads from `volcano-vgpu-node-config`."""
-
-    device_split_count: Annotated[int, Field(ge=1, le=128)] | None = Field(
-        default=None, alias="deviceSplitCount"
-    )
-    device_memory_scaling: Annotated[float, Field(gt=0, le=100)] | None = Field(
-        default=None, alias="deviceMemoryScaling"
-    )
-    device_core_scaling: Annotated[float, Field(gt=0, le=100)] | None = Field(
-        default=None, alias="deviceCoreScaling"
-    )
-    filter_devices: FilterDevices | None = Field(default=None, alias="filterDevices")
-
-
-class AscendVnpuSpec(Model):
-    """Per-node fields of `hami-device-node-config` (HAMi's Ascend vNPU)."""
-
-    v_device_count: Annotated[int, Field(ge=1, le=128)] | None = Field(
-        default=None, alias="vDeviceCount"
-    )
-    hami_vnpu_core: bool | None = Field(default=None, alias="hamiVnpuCore")
-    filter_devices: FilterDevices | None = Field(default=None, alias="filterDevices")
-
-
-class MigLayout(Model):
-    """A fixed MIG layout for some GPUs of a node: `{gpus: all, profiles: {"1g.10gb": 7}}`."""
-
-    gpus: Literal["all"] | list[Annotated[int, Field(ge=0, le=63)]] = Field(
-        default="all",
-        description='"all", or a list of GPU indexes (0-63) this layout applies to.',
-    )
-    profiles: dict[
-        Annotated[str, Field(pattern=MIG_PROFILE_PATTERN)], Annotated[int, Field(ge=1, le=7)]
-    ] = Field(max_length=MAX_MIG_PROFILES)
-
-    RULES = (
-        AdmissionRule(
-            "size(self.profiles) > 0",
-            "profiles must name at least one MIG profile",
-            lambda layout: bool(layout.profiles),
-            ".profiles",
-        ),
-        AdmissionRule(
-            f"self.profiles.map(k, int(k.substring(0, 1)) * self.profiles[k]).sum() <= "
-            f"{MIG_COMPUTE_SLICES}",
-            f"the profiles of one GPU use at most {MIG_COMPUTE_SLICES} compute slices (the <G> "
-            "of <G>g.<GB>gb times the count)",
-            lambda layout: (
-                sum(_profile_slices(p) * n for p, n in layout.profiles.items())
-                <= MIG_COMPUTE_SLICES
-            ),
-            ".profiles",
-        ),
-    )
-    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
-
-
-class MigSpec(Model):
-    """MIG partitioning. `dynamic`: the device plugin creates instances per allocation (the
-    node needs MIG mode on). `static`: a fixed layout per GPU, for pools served by NVIDIA's
-    device plugin with a MIG strategy."""
-
-    partitioning: Literal["dynamic", "static"] = "dynamic"
-    layout: list[MigLayout] = Field(default_factory=list, max_length=MAX_MIG_LAYOUTS)
-
-    RULES = (
-        AdmissionRule(
-            "(has(self.partitioning) && self.partitioning == 'static') ? "
-            "(has(self.layout) && size(self.layout) > 0) : "
-            "(!has(self.layout) || size(self.layout) == 0)",
-            "a static partitioning needs a layout; a dynamic one takes none (the device "
-            "plugin creates the instances)",
-            lambda mig: bool(mig.layout) == (mig.partitioning == "static"),
-            ".layout",
-        ),
-    )
-    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
-
-
-MAX_UNAVAILABLE_PATTERN = r"^([0-9]+|[0-9]{1,2}%|100%)$"
-
-
-class DrainSpec(Model):
-    """How a node is emptied before a disruptive change (a mode or MIG layout change)."""
-
-    enabled: bool = Field(
-        default=True,
-        description="Cordon the node, drain its GPU pods and pause its GPU clients before a "
-        "disruptive change. false: none of that, but releases are still limited by "
-        "maxUnavailable and verified.",
-    )
-    mode: Literal["Evict", "Wait"] = Field(
-        default="Evict",
-        description="Evict: the node's GPU pods are evicted through the Eviction API, which "
-        "respects PodDisruptionBudgets. Wait: the node is released only after its GPU pods end.",
-    )
-    timeout_seconds: Annotated[int, Field(ge=0, le=86400)] = Field(
-        default=600,
-        alias="timeoutSeconds",
-        description="How long the drain may take; then the node fails (onFailure). 0: a node "
-        "with GPU pods fails at once.",
-    )
-    delete_empty_dir_data: bool = Field(
-        default=False,
-        alias="deleteEmptyDirData",
-        description="Evict pods with emptyDir volumes too (their data is lost). false: such a "
-        "pod holds the node until the drain times out, as `kubectl drain` refuses it.",
-    )
-
-
-def max_unavailable_count(value: int | str, nodes: int) -> int:
-    """`maxUnavailable` as a number of nodes of a pool of `nodes`: a percent rounded up, and
-    never less than 1 (a rollout always makes progress)."""
-    if isinstance(value, int):
-        return max(1, value)
-    if value.endswith("%"):
-        percent = int(value[:-1])
-        return max(1, -(-percent * nodes // 100))
-    return max(1, int(value))
-
-
-class RolloutSpec(Model):
-    """How configuration changes reach the pool's nodes: a few nodes at a time, each one
-    cordoned, drained, paused, released, verified and uncordoned."""
-
-    max_unavailable: (
-        Annotated[int, Field(ge=1, le=100000)]
-        | Annotated[str, Field(pattern=MAX_UNAVAILABLE_PATTERN)]
-    ) = Field(
-        default=1,
-        alias="maxUnavailable",
-        description="Nodes in transition at once (from cordon to uncordon; a failed node still "
-        "counts): a count, or a percent of the pool's nodes rounded up; at least 1.",
-    )
-    drain: DrainSpec = Field(default_factory=DrainSpec)
-    step_timeout_seconds: Annotated[int, Field(ge=1, le=86400)] = Field(
-        default=600,
-        alias="stepTimeoutSeconds",
-        description="How long each other step (pause, the agent's apply, the plugin's "
-        "registration, resume) may take; then the node fails (onFailure).",
-    )
-    progress_deadline_seconds: Annotated[int, Field(ge=1, le=604800)] = Field(
-        default=3600,
-        alias="progressDeadlineSeconds",
-        description="How long one node's whole transition may take; then it fails. After any "
-        "failure the rollout takes no new nodes until the spec changes (a new generation).",
-    )
-    on_failure: Literal["KeepCordoned", "Uncordon"] = Field(
-        default="KeepCordoned",
-        alias="onFailure",
-        description="What a failed node does: stay cordoned for a person to look at, or be "
-        "uncordoned (only if the operator cordoned it) with its GPU clients resumed.",
-    )
-
-    RULES = (
-        AdmissionRule(
-            "type(self.maxUnavailable) == int ? self.maxUnavailable >= 1 : "
-            "!self.maxUnavailable.matches('^0+%?$')",
-            "maxUnavailable must be at least 1 (or 1%): with 0 no node could ever change",
-            lambda r: (
-                r.max_unavailable >= 1
-                if isinstance(r.max_unavailable, int)
-                else not re.fullmatch(r"0+%?", r.max_unavailable)
-            ),
-            ".maxUnavailable",
-        ),
-    )
-    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
-
-    def budget(self, nodes: int) -> int:
-        return max_unavailable_count(self.max_unavailable, nodes)
-
-
 _SYSTEM = cel_literal(SYSTEM_KEY_PATTERN)
 
 
-class VGPUNodePolicySpec(Model):
+class VGPUNodePolicySpec(PolicyModel):
     node_selector: LabelSelector = Field(
         alias="nodeSelector",
         description="Which nodes form the pool (required, not empty). Nodes that show no GPU "
@@ -577,7 +296,7 @@ class VGPUNodePolicySpec(Model):
         return []
 
 
-class Condition(Model):
+class Condition(PolicyModel):
     type: str
     status: Literal["True", "False", "Unknown"]
     reason: str
@@ -586,7 +305,7 @@ class Condition(Model):
     last_transition_time: str = Field(alias="lastTransitionTime")
 
 
-class NodeProblem(Model):
+class NodeProblem(PolicyModel):
     node: str
     reason: str
     message: str = ""
@@ -595,7 +314,7 @@ class NodeProblem(Model):
 MAX_PROBLEM_NODES = 20
 
 
-class VGPUNodePolicyStatus(Model):
+class VGPUNodePolicyStatus(PolicyModel):
     observed_generation: int | None = Field(default=None, alias="observedGeneration")
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -611,7 +330,7 @@ class VGPUNodePolicyStatus(Model):
     )
 
 
-class VGPUNodePolicy(Model):
+class VGPUNodePolicy(PolicyModel):
     """A policy as read from the cluster (metadata trimmed to what the core needs). Its `RULES`
     sit on the CRD's root (`self` is the whole object there)."""
 

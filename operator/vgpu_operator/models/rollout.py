@@ -29,7 +29,11 @@ PHASES: tuple[Phase, ...] = ("Draining", "Pausing", "Applying", "Verifying", "Fa
 # disruptive: the mode or the MIG layout changes (cordon, drain, pause, apply, verify);
 # restart: only what the device plugin reads changes (split count, scaling): released under the
 #   same budget without cordon or drain, the plugin's registration verified.
-Kind = Literal["disruptive", "restart"]
+# leave: the node leaves every pool while GPU pods run on it (`core.rollout_leave`): cordon,
+#   drain, pause, then the release removes the operator's labels, taints and entries; `target`
+#   is the configuration it keeps (`{mode: whole-gpu}` after MIG: the agent turns MIG off) or
+#   "" (none); `policy` is the policy it leaves.
+Kind = Literal["disruptive", "restart", "leave"]
 
 
 class NodeRollout(BaseModel):
@@ -37,7 +41,8 @@ class NodeRollout(BaseModel):
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
-    policy: str  # the policy whose budget the node counts against (the destination)
+    # the policy whose budget the node counts against: the destination, or the one it leaves
+    policy: str
     generation: int  # that policy's generation whose target is being rolled
     target: str  # the `vgpu.volcano.sh/target` text being rolled out
     kind: Kind

@@ -1,6 +1,8 @@
 """Payloads Volcano's deviceshare plugin and the HAMi device plugins read and write.
 
-Formats (surface reference §1-§3, §7):
+Formats, as their readers define them (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/,
+Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/config/config.go and pkg/util/,
+Project-HAMi/ascend-device-plugin@v1.4.0:ascend-device-plugin.yaml):
 - `volcano-vgpu-device-config` / `device-config.yaml`: top-level `nvidia:` (`NvidiaConfig`) and,
   for HAMi-mode Ascend, `vnpus:` (`VnpusConfig`). Both Go readers are non-strict (yaml.v2), so
   these models keep unknown keys (`extra="allow"`) instead of rejecting them.
@@ -20,7 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from vgpu_operator.core import yamlsafe
 
-# Keys written by the HAMi device plugin and by the Volcano scheduler (reference §3.4, §3.5).
+# Keys written by the HAMi device plugin and by the Volcano scheduler
+# (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/types.go,
+# volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/type.go).
 REGISTER_ANNOTATION = "volcano.sh/node-vgpu-register"
 HANDSHAKE_ANNOTATION = "volcano.sh/node-vgpu-handshake"
 POD_VGPU_IDS = "volcano.sh/vgpu-ids-new"
@@ -34,7 +38,9 @@ DEVICE_CONFIG_KEY = "device-config.yaml"
 DEFAULT_DEVICE_CONFIG_NAME = "volcano-vgpu-device-config"
 PLUGIN_CM_NAMESPACES = ("kube-system", "volcano-system")  # the plugin's lookup order
 VOLCANO_PREFIX = "volcano.sh/"
-# The allocatable names Volcano v1.14.3+/v1.15.1+ require regardless of the ConfigMap (§3.4).
+# The allocatable names Volcano v1.14.3+/v1.15.1+ require regardless of the ConfigMap
+# (`NewGPUDevices`, volcano-sh/volcano@v1.15.1:
+# pkg/scheduler/api/devices/nvidia/vgpu/device_info.go).
 HARDCODED_ALLOCATABLE = (
     "volcano.sh/vgpu-number",
     "volcano.sh/vgpu-cores",
@@ -50,7 +56,7 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
 
-# --- knownMigGeometries (§1.3) --------------------------------------------------------------
+# --- knownMigGeometries (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/vgpu.go) ---
 
 
 class MigTemplate(_Payload):
@@ -91,7 +97,7 @@ def first_match(entries: list[MigGeometryEntry], nvml_name: str) -> MigGeometryE
     return next((e for e in entries if e.matches(dtype)), None)
 
 
-# --- device-config.yaml (§1.2, §7) ----------------------------------------------------------
+# --- device-config.yaml (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/) -----
 
 
 class NvidiaConfig(_Payload):
@@ -131,7 +137,8 @@ class NvidiaConfig(_Payload):
         return list(self.known_mig_geometries or [])
 
 
-# The scheduler's built-in config when its ConfigMap cannot be loaded (§1.2 "S fallback").
+# The scheduler's built-in config when its ConfigMap cannot be loaded (`GetDefaultDevicesConfig`,
+# volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go).
 SCHEDULER_FALLBACK_NVIDIA = NvidiaConfig(
     resourceCountName="volcano.sh/vgpu-number",
     resourceMemoryName="volcano.sh/vgpu-memory",
@@ -204,7 +211,8 @@ def parse_device_config(text: str) -> DeviceConfigFile:
         raise PayloadError(f"{DEVICE_CONFIG_KEY} does not have the expected shape: {exc}") from exc
 
 
-# --- volcano-vgpu-node-config config.json (§2) ----------------------------------------------
+# --- volcano-vgpu-node-config config.json -------------------------------------------------------
+# (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/config/config.go)
 
 
 class FilterDevicesPayload(_Payload):
@@ -224,8 +232,9 @@ class NodeConfigEntry(_Payload):
 
 @dataclass(frozen=True)
 class EffectiveNodeSettings:
-    """What the plugin on one node ends up with after reading `config.json` (§2): mode starts
-    as hami-core; every entry with the node's name applies its positive overrides, later wins."""
+    """What the plugin on one node ends up with after reading `config.json` (`readFromConfigFile`,
+    Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/util.go): mode starts as hami-core;
+    every entry with the node's name applies its positive overrides, later wins."""
 
     mode: str = "hami-core"
     device_split_count: int | None = None
@@ -274,7 +283,7 @@ def parse_node_config(text: str) -> NodeConfigFile:
         raise PayloadError(f"config.json does not have the expected shape: {exc}") from exc
 
 
-# --- hami-device-node-config node-config.yaml (§7) ------------------------------------------
+# --- hami-device-node-config node-config.yaml (Project-HAMi/ascend-device-plugin@v1.4.0) ---
 
 
 class AscendNodeEntry(_Payload):
@@ -296,7 +305,8 @@ def parse_ascend_node_config(text: str) -> AscendNodeConfigFile:
         raise PayloadError(f"node-config.yaml does not have the expected shape: {exc}") from exc
 
 
-# --- volcano.sh/node-vgpu-register (§3.4) ---------------------------------------------------
+# --- volcano.sh/node-vgpu-register -------------------------------------------------------------
+# (`EncodeNodeDevices`, Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 from tests.unit.core.nodekit import apply, node, parsed, policy
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
 from vgpu_operator.core.rollout import GpuPod, PluginReading, RolloutPlan, decide_cluster
+from vgpu_operator.core.rollout_leave import plan_with_leaves
 from vgpu_operator.core.rollout_step import OPERAND_LABELS
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
@@ -155,7 +155,7 @@ class World:
             refusals={k: v for k, v in self.pdb_refuses.items()},
             plugins=self.readings(),
         )
-        cluster = plan_cluster(facts, policies, steps=plan.steps)
+        cluster = plan_with_leaves(facts, policies, steps=plan.steps, held=plan.held)
         for name, p in cluster.plans.items():
             if p.patch is not None:
                 self.patches.append((name, p.patch))

@@ -108,3 +108,40 @@ def test_a_placement_already_exact_is_kept_and_one_that_is_not_is_patched() -> N
     nodes[1] = node("b", hand)
     extra = plan_placement(daemonset(hand), "hami", nodes)
     assert extra.patch is not None and extra.extra == ("b",) and not extra.adopted
+
+
+def test_a_hand_written_entry_the_plugin_reads_as_the_rendered_one_is_taken_over() -> None:
+    # seed 001: the person set the MIG node's mode in the node config and nothing else; the
+    # plugin takes the rest from its defaults, which the rendered entry states explicitly
+    hand = {"name": "mig", "operatingmode": "mig", "migstrategy": "none"}
+    edited = node_cm([hand])
+    edited["metadata"]["managedFields"] = [
+        {"manager": "kubectl-edit", "time": "2026-02-01T00:00:00Z", "fieldsV1": {"f:data": {}}}
+    ]
+    released = {
+        "mig": NodeConfig.model_validate(
+            {"mode": "mig", "policy": "m", "mig": {"partitioning": "dynamic"}}
+        )
+    }
+    rendered = render_node_config(edited, released, SEED002, NOW)
+    (entry,) = json.loads(rendered.data["config.json"])["nodeconfig"]
+    assert entry["operatingmode"] == "mig" and entry["devicesplitcount"] == 10
+    assert entry["migstrategy"] == "none"  # a key the operator does not render is kept
+    assert rendered.changed_entries == frozenset()  # no plugin pod is replaced for it
+    # dated at the data's last write: a plugin pod started before that edit is still stale
+    assert owned_times(rendered.annotations) == {"mig": "2026-02-01T00:00:00Z"}
+    # the same entry for a node released as hami-core reads differently: a change
+    hami = {"mig": NodeConfig(mode="hami-core", policy="p")}
+    assert render_node_config(edited, hami, SEED002, NOW).changed_entries == {"mig"}
+
+
+def test_a_zero_or_missing_field_reads_as_the_default_and_a_filter_does_not() -> None:
+    released = {"n": NodeConfig(mode="hami-core", policy="p")}
+    zero = {"name": "n", "devicesplitcount": 0, "devicememoryscaling": 0}
+    assert render_node_config(node_cm([zero]), released, SEED002, NOW).changed_entries == set()
+    filtered = {"name": "n", "filterdevices": {"uuid": [], "index": [1]}}
+    rendered = render_node_config(node_cm([filtered]), released, SEED002, NOW)
+    assert rendered.changed_entries == {"n"}
+    # two entries by one name: the later one wins in the plugin, so it decides
+    twice = [{"name": "n", "operatingmode": "mig"}, {"name": "n", "operatingmode": "hami-core"}]
+    assert render_node_config(node_cm(twice), released, SEED002, NOW).changed_entries == set()

@@ -22,12 +22,8 @@ from vgpu_operator.core.cleanup import (
     finalizer_release,
     node_cleanup,
     operator_taints,
-    placement_revert,
 )
-from vgpu_operator.core.mergepatch import apply_merge_patch
 from vgpu_operator.core.rollout_step import PAUSED_VALUE
-from vgpu_operator.core.rules.placement import plan_placement
-from vgpu_operator.models.policy import Taint
 from vgpu_operator.models.rollout import NodeRollout
 
 USER_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
@@ -113,50 +109,6 @@ def test_an_untrusted_record_keeps_what_it_names_and_drops_only_the_contract_key
 
 def test_a_node_the_operator_never_touched_gets_no_patch() -> None:
     assert node_cleanup(node("n1", labels={"pool": "a"}, taints=[USER_TAINT])).patch is None
-
-
-def _plugin(tolerations: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "volcano-device-plugin", "namespace": "kube-system", "uid": "u"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/os": "linux"},
-                    "tolerations": tolerations,
-                    "containers": [{"name": "volcano-device-plugin"}],
-                }
-            }
-        },
-    }
-
-
-def test_placement_revert_takes_off_exactly_what_the_placement_patch_added() -> None:
-    custom = {"key": "gpu/shared", "effect": "NoSchedule"}
-    spec = {"mode": "hami-core", "nodeSelector": POOL, "nodeTaints": [custom]}
-    configured = _configured(spec, labels={"pool": "a", "kubernetes.io/os": "linux"})
-    users = [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
-    original = _plugin(users)
-    placement = plan_placement(original, "hami", [configured])
-    assert placement.patch is not None and placement.added_tolerations
-    # tolerations have no merge key: the placement patch carries the whole list
-    patched = apply_merge_patch(original, placement.patch)
-    patched["metadata"]["resourceVersion"] = "7"
-
-    change = placement_revert(patched, operator_taints([configured], [policy("p", spec)]))
-    assert change.patch is not None
-    assert change.patch["metadata"]["resourceVersion"] == "7"
-    reverted = apply_merge_patch(patched, change.patch)  # null removes the nodeSelector key
-    del reverted["metadata"]["resourceVersion"]
-    assert reverted == original
-    assert f"removed nodeSelector {contract.LABEL_DEVICE_PLUGIN}=hami" in change.did
-
-
-def test_placement_revert_of_an_untouched_daemonset_is_nothing() -> None:
-    user = {"key": contract.DEFAULT_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-    taint = Taint(key=contract.DEFAULT_TAINT_KEY, value="hami", effect="NoSchedule")
-    assert placement_revert(_plugin([user]), [taint]).patch is None
 
 
 def test_taints_come_from_records_and_policies_blocking_only() -> None:

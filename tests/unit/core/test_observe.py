@@ -98,3 +98,27 @@ def test_observe_is_a_mode_of_the_operator_config() -> None:
     assert load_config("mode: observe\nonDelete: Retain\n").mode == "observe"
     assert load_config("onDelete: Retain").on_delete == "Retain"
     assert load_config("").on_delete == "Delete"
+
+
+def test_a_deferred_restart_names_its_object_and_keeps_the_time_whole() -> None:
+    # core.plan's lines for restarts the restart interval defers: ledger key, due time, reason
+    plan = Plan(
+        restarts=(
+            "deployment/volcano-system/volcano-scheduler at 2026-11-23T11:55:07+00:00: 1 pod(s) "
+            "started before what the scheduler reads once changed at 2026-11-23T11:55:01Z",
+            "plugin-pod/gpu-3 at 2026-11-23T11:55:09+00:00: started before its entry changed",
+            "delete-pod kube-system/volcano-device-plugin-x2: started before 2026-11-23T11:55:01Z",
+        )
+    )
+    cfg = configuration_would_do(plan)
+    assert [(w.kind, w.namespace, w.name) for w in cfg] == [
+        ("Deployment", "volcano-system", "volcano-scheduler"),
+        ("Node", "", "gpu-3"),
+        ("Pod", "kube-system", "volcano-device-plugin-x2"),
+    ]
+    assert cfg[0].what == (
+        "restart: 1 pod(s) started before what the scheduler reads once changed at "
+        "2026-11-23T11:55:01Z (due at 2026-11-23T11:55:07+00:00)"
+    )
+    assert cfg[1].what.startswith("restart: its device plugin pod: started before its entry")
+    assert cfg[2].what == "restart: started before 2026-11-23T11:55:01Z"

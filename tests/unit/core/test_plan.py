@@ -17,8 +17,6 @@ import yaml
 from tests.unit.core.nodekit import node, policy
 from vgpu_devcluster import upstream
 from vgpu_operator import contract
-from vgpu_operator.controller.rollout import gpu_pod_of
-from vgpu_operator.controller.volcano_writes import restart_inputs
 from vgpu_operator.core.findings import config_condition
 from vgpu_operator.core.plan import Plan, plan, proposed
 from vgpu_operator.core.rules import ClusterSnapshot, run_rules
@@ -90,7 +88,7 @@ LATER = NOW + timedelta(hours=1)  # the plugin and GPU pods started between NOW 
 
 
 def run(s: ClusterSnapshot, raws: list[dict[str, Any]], at: datetime = NOW) -> Plan:
-    return plan(s, [parse_policy(proposed({}, r)) for r in raws], at, restart_inputs, gpu_pod_of)
+    return plan(s, [parse_policy(proposed({}, r)) for r in raws], at)
 
 
 def test_the_examples_with_policies_are_found() -> None:
@@ -186,7 +184,7 @@ def test_mode_change_of_a_pool_with_running_gpu_pods() -> None:
     change["spec"]["mig"] = {"partitioning": "dynamic"}
     parsed = parse_policy(proposed({"a100-pool": live}, change))
     assert parsed.generation == 2
-    p = plan(steady, [parsed], LATER, restart_inputs, gpu_pod_of)
+    p = plan(steady, [parsed], LATER)
     assert p.changes
     by_node = {n.node: n for n in p.nodes}
     assert set(by_node) == {"a100-0", "a100-1", "a100-2"}
@@ -221,7 +219,7 @@ def test_live_policy_unchanged_plans_nothing() -> None:
     steady, live = a100_cluster()
     same = parse_policy(proposed({"a100-pool": live}, live))
     assert same.generation == 1
-    p = plan(steady, [same], LATER, restart_inputs, gpu_pod_of)
+    p = plan(steady, [same], LATER)
     assert not p.changes
     assert not p.nodes and not p.configmaps and not p.workloads and not p.restarts
     assert not p.appearing and not p.resolved
@@ -229,7 +227,7 @@ def test_live_policy_unchanged_plans_nothing() -> None:
 
 def test_deleting_the_only_policy_releases_its_nodes() -> None:
     steady, _ = a100_cluster()
-    p = plan(steady, [], LATER, restart_inputs, gpu_pod_of)
+    p = plan(steady, [], LATER)
     assert {n.node for n in p.nodes if n.leaves} == {"a100-0", "a100-1", "a100-2"}
     assert all(n.new_owner is None and n.action == "release" for n in p.nodes)
     assert not any(n.disruptive for n in p.nodes)  # hami-core leaves the GPUs as they are
@@ -271,8 +269,6 @@ def test_static_layout_change_is_disruptive() -> None:
         first.after,
         [parse_policy(proposed({"h100-static-mig": live}, change))],
         NOW,
-        restart_inputs,
-        gpu_pod_of,
     )
     assert [n.disruptive for n in p.nodes] == ["MIG layout changes"]
     assert [w.nodes for w in p.rollout] == [("h100-0",)]
@@ -292,7 +288,7 @@ def without_predicates(s: ClusterSnapshot) -> ClusterSnapshot:
 def test_predicates_removed_by_hand_is_put_back_and_its_finding_goes() -> None:
     steady, live = a100_cluster()
     broken = without_predicates(steady)
-    p = plan(broken, [parse_policy(live)], LATER, restart_inputs, gpu_pod_of)
+    p = plan(broken, [parse_policy(live)], LATER)
     assert p.changes and not p.nodes
     [cm] = p.configmaps
     assert cm.name == "volcano-scheduler-configmap"
@@ -302,7 +298,7 @@ def test_predicates_removed_by_hand_is_put_back_and_its_finding_goes() -> None:
     # in report mode the operator leaves it: the finding stays, and every policy's
     # ConfigConsistent condition names it
     report = replace(broken, config=load_config("mode: report\ngpuMemoryFactor: 11\n"))
-    p = plan(report, [parse_policy(live)], LATER, restart_inputs, gpu_pod_of)
+    p = plan(report, [parse_policy(live)], LATER)
     assert not p.changes and not p.resolved
     findings = run_rules(report).findings
     status, _, message = config_condition(findings, {"a100-0"}, mode="report")

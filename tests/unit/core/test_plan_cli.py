@@ -12,8 +12,6 @@ import pytest
 from tests.unit.core.nodekit import policy
 from tests.unit.core.test_plan import A100_POOL, LATER, a100_cluster
 from vgpu_operator import plan as plan_cli
-from vgpu_operator.controller.rollout import gpu_pod_of
-from vgpu_operator.controller.volcano_writes import restart_inputs
 from vgpu_operator.core.plan import plan
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -71,7 +69,7 @@ def test_text_and_json_of_a_mode_change() -> None:
     changed["spec"]["mode"] = "mig"
     changed["spec"]["mig"] = {"partitioning": "dynamic"}
     policies, names = plan_cli.planned_policies([live], None, [changed])
-    p = plan(steady, policies, LATER, restart_inputs, gpu_pod_of)
+    p = plan(steady, policies, LATER)
     text = plan_cli.format_text(p, names)
     assert text.startswith("Plan for a100-pool:")
     assert (
@@ -96,7 +94,7 @@ def test_text_and_json_of_a_mode_change() -> None:
 def test_nothing_to_do_says_so() -> None:
     steady, live = a100_cluster()
     policies, names = plan_cli.planned_policies([live], "a100-pool", [])
-    p = plan(steady, policies, LATER, restart_inputs, gpu_pod_of)
+    p = plan(steady, policies, LATER)
     assert not p.changes
     assert plan_cli.format_text(p, names) == "Plan for a100-pool:\n  nothing would change.\n"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from tests.unit.core.nodekit import policy
 from tests.unit.core.rollout_world import World, pods
 from vgpu_operator import contract
 
@@ -59,3 +60,19 @@ def test_a_mode_change_cordons_evicts_and_keeps_a_failed_node_cordoned() -> None
     for _ in range(5):
         w.run()
     assert w.in_transition() == ["gpu-0"]  # no new nodes until the spec changes
+
+
+def test_deleting_the_policy_gives_idle_nodes_back_at_once_and_drains_busy_ones() -> None:
+    w = pool(20)
+    busy = [f"gpu-{i}" for i in range(5)]
+    for name in busy:
+        w.pods[name] = pods(name, f"job-{name}")
+    w.policies = [policy("pool", example_spec(), deleting=True)]
+    w.run()
+    idle = [n for n in w.nodes if n not in busy]
+    assert not any(contract.LABEL_POLICY in w.labels(n) or w.cordoned(n) for n in idle)
+    assert sorted(n for n in busy if w.cordoned(n)) == ["gpu-0", "gpu-1"]  # 10% of 20
+    seen = w.settle(passes=100)
+    assert max(len(s) for s in seen) <= 2
+    assert not any(contract.LABEL_POLICY in w.labels(n) or w.cordoned(n) for n in w.nodes)
+    assert sorted(w.evicted) == sorted(f"team/job-{n}" for n in busy)

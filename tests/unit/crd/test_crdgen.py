@@ -17,12 +17,8 @@ from vgpu_operator.crdgen import (
     policy_crd,
     to_structural,
 )
-from vgpu_operator.models.policy import (
-    LabelSelectorRequirement,
-    MigLayout,
-    MigSpec,
-    VGPUNodePolicySpec,
-)
+from vgpu_operator.models.policy import LabelSelectorRequirement, VGPUNodePolicySpec
+from vgpu_operator.models.policy_modes import MigLayout, MigSpec
 
 
 class Inner(BaseModel):

@@ -20,10 +20,11 @@ from tests.unit.crd import specgen
 from vgpu_operator import contract
 from vgpu_operator.core.events import node_events, policy_event
 from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import desired_for, plan_cluster
+from vgpu_operator.core.nodepatch import desired_for
+from vgpu_operator.core.nodestate import plan_cluster
 from vgpu_operator.core.status import compute_status
 from vgpu_operator.core.validate import invalid_writes, parse_policy
-from vgpu_operator.models.policy import system_key
+from vgpu_operator.models.labels import system_key
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "2000"))
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

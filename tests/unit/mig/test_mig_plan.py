@@ -99,6 +99,14 @@ def test_dynamic_after_static_removes_leftovers_only_at_the_switch() -> None:
     assert plan_node(busy, dynamic(), dynamic()).steps == ()
 
 
+def test_dynamic_on_a_node_set_up_by_hand_keeps_the_plugins_instances() -> None:
+    # seed 001: MIG turned on by hand, HAMi's plugin made instances for running pods; no agent
+    # ever applied anything (previous None): nothing is destroyed, and that verifies
+    inv = node(gpu(A100_80, instances=[("3g.40gb", 0), ("1g.10gb", 4)]))
+    assert plan_node(inv, dynamic(), None).steps == ()
+    assert verify(inv, dynamic(), None) == []
+
+
 def test_dynamic_on_a_fresh_node_turns_mig_on() -> None:
     inv = node(gpu("H200", mig=False), gpu("H200", 1, mig=False))
     plan = plan_node(inv, dynamic(), None)

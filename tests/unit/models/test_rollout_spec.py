@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from vgpu_operator.models.policy import RolloutSpec, VGPUNodePolicySpec, max_unavailable_count
+from vgpu_operator.models.policy import VGPUNodePolicySpec
+from vgpu_operator.models.policy_rollout import RolloutSpec, max_unavailable_count
 
 SELECTOR = {"matchLabels": {"pool": "a100"}}
 

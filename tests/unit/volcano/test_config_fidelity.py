@@ -38,7 +38,8 @@ from vgpu_operator.core.rules import ClusterSnapshot, run_rules
 from vgpu_operator.core.rules.placement import placements, plan_placement
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import HamiCoreSpec, MigLayout, MigSpec
+from vgpu_operator.models.placement import PlacementRecord
+from vgpu_operator.models.policy_modes import HamiCoreSpec, MigLayout, MigSpec
 from vgpu_operator.models.volcano_views import Version
 
 NOW = "2026-02-01T00:00:00Z"
@@ -347,15 +348,16 @@ async def test_enforce_writes_the_placement_once_as_a_restart(fake: FakeApi) -> 
     # c5c2959 never wrote to the DaemonSet's placement
     result = await enforce_configuration(None, shipped_cluster(), T0, None, {}, RestartSettings())
     [body] = fake.daemonset_patches()
-    assert body["metadata"] == {"resourceVersion": "7"}
+    assert body["metadata"]["resourceVersion"] == "7"
     spec = body["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {PLACE: "hami"}
-    assert spec["tolerations"][-1] == {
-        "key": "volcano.sh/vgpu",
-        "operator": "Equal",
-        "value": "hami",
-        "effect": "NoSchedule",
-    }
+    added = {"key": "volcano.sh/vgpu", "operator": "Equal", "value": "hami", "effect": "NoSchedule"}
+    assert spec["tolerations"][-1] == added
+    # the same PATCH records what it set, for `cleanup` (core.cleanup.placement_revert)
+    record = body["metadata"]["annotations"][contract.ANN_PLACEMENT]
+    assert PlacementRecord.from_annotation(record) == PlacementRecord(
+        node_selector={PLACE: "hami"}, tolerations=[added]
+    )
     assert result.rolled == [("DaemonSet", "kube-system", "volcano-device-plugin")]
     assert [w.what for w in result.written if w.kind == "DaemonSet"] == [
         f"placement: nodeSelector {PLACE}=hami, toleration volcano.sh/vgpu=hami:NoSchedule"

@@ -21,7 +21,7 @@ from tests.unit.volcano import hostile
 from tests.unit.volcano.volcano_fixtures import healthy
 from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest
 from vgpu_operator import contract
-from vgpu_operator.controller.volcano_writes import released_configs, restart_inputs
+from vgpu_operator.controller.volcano_writes import released_configs
 from vgpu_operator.core import restarts as planner
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
@@ -34,6 +34,7 @@ from vgpu_operator.core.render import (
     vnpus_section,
 )
 from vgpu_operator.core.render.common import RoundTrip
+from vgpu_operator.core.restarts import restart_inputs
 from vgpu_operator.core.rules import ClusterSnapshot, run_rules
 from vgpu_operator.core.validate import invalid_writes, parse_policy
 from vgpu_operator.models.config import OperatorConfig

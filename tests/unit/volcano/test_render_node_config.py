@@ -17,7 +17,7 @@ from vgpu_operator.core.render import (
 )
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import AscendVnpuSpec, FilterDevices, HamiCoreSpec
+from vgpu_operator.models.policy_modes import AscendVnpuSpec, FilterDevices, HamiCoreSpec
 
 CFG = OperatorConfig()
 NOW = "2026-02-01T00:00:00Z"

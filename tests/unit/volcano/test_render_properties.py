@@ -23,7 +23,7 @@ from vgpu_operator.core.render.common import plain
 from vgpu_operator.core.render.node_config import NODE_FIELDS
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import HamiCoreSpec
+from vgpu_operator.models.policy_modes import HamiCoreSpec
 from vgpu_operator.models.volcano_views import parse_scheduler_conf
 
 NOW = "2026-02-01T00:00:00Z"

@@ -18,7 +18,7 @@ from vgpu_operator.core.rules import Finding, ObjectRef
 from vgpu_operator.core.rules.placement import placements
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import MigLayout, MigSpec
+from vgpu_operator.models.policy_modes import MigLayout, MigSpec
 
 DS = ObjectRef(kind="DaemonSet", name="volcano-device-plugin", namespace="kube-system")
 SEED_DS = ObjectRef(kind="DaemonSet", name="volcano-device-plugin", namespace="volcano-system")
@@ -39,7 +39,8 @@ def test_seed002_plugin_registers_nvidia_com_gpu_the_scheduler_does_not_count() 
             "scheduler counts volcano.sh/vgpu-number (from kube-system/volcano-vgpu-device-config"
             ", built-in default): pods requesting either are bound without device annotations "
             "and fail with UnexpectedAdmissionError (device request not found)",
-            fix="make them agree (seed 002 §5.1: three places): pass "
+            fix="make them agree (the plugin's flag, the scheduler's ConfigMap and the pod's "
+            "request must name the same resource): pass "
             "--resource-name=volcano.sh/vgpu-number and keep resourceCountName of the "
             "scheduler's ConfigMap the same, or, if nvidia.com/gpu is intended, point the "
             "scheduler at a ConfigMap whose resourceCountName is nvidia.com/gpu",

@@ -24,11 +24,16 @@ from vgpu_operator.controller.volcano_writes import (
     installed,
     on_delete_pods,
     released_configs,
-    restart_inputs,
 )
 from vgpu_operator.core.findings import CONDITION
 from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.restarts import RESTARTED_AT, RestartAction, RestartSettings, plan_restarts
+from vgpu_operator.core.restarts import (
+    RESTARTED_AT,
+    RestartAction,
+    RestartSettings,
+    plan_restarts,
+    restart_inputs,
+)
 from vgpu_operator.core.rules import Finding, ObjectRef
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig

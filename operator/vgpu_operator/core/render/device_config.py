@@ -4,8 +4,9 @@ The operator owns, in the `nvidia:` section: the four resource names, `gpuMemory
 defaults (`deviceSplitCount`, `deviceMemoryScaling`, `deviceCoreScaling`, `defaultMemory`,
 `defaultCores`, `defaultGPUNum`, `overwriteEnv`) and `knownMigGeometries`, to which it only
 appends (core.geometry). With Ascend vNPU on it also owns the top-level `vnpus:` section, a copy
-of the one in `hami-scheduler-device` (the scheduler reads both sections from this one
-ConfigMap, reference §7). Every other section and key, and every comment, is kept.
+of the one in `hami-scheduler-device` (the scheduler reads both sections from this one ConfigMap:
+volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go). Every other section and key,
+and every comment, is kept.
 """
 
 from __future__ import annotations

@@ -37,9 +37,10 @@ from vgpu_operator.core.render.common import (
     plain,
     stamp,
 )
-from vgpu_operator.models.config import ConfigMapRef, DeviceDefaults, OperatorConfig
+from vgpu_operator.models.config import DeviceDefaults, OperatorConfig
+from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.policy import FilterDevices
+from vgpu_operator.models.policy_modes import FilterDevices
 
 NODE_FIELDS = frozenset(
     {

@@ -2,7 +2,9 @@
 people edit by hand: changed minimally, with ruamel round-trip, so every other plugin, tier,
 argument and comment stays.
 
-What the operator ensures (reference §0, §1.4, §4, §7):
+What the operator ensures (volcano-sh/volcano@v1.15.1:
+pkg/scheduler/plugins/deviceshare/deviceshare.go, pkg/scheduler/plugins/predicates/predicates.go
+and docs/user-guide/how_to_use_vnpu.md):
 - a `deviceshare` plugin with `deviceshare.VGPUEnable: true` (a YAML boolean);
 - `deviceshare.KnownGeometriesCMName/Namespace` resolve to the device config ConfigMap the
   operator renders (arguments written only where the defaults would point elsewhere);

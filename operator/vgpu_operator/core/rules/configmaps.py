@@ -1,5 +1,7 @@
 """Rules on the ConfigMaps: where each component reads the device config, the Ascend `vnpus:`
-mirror, and drift of what the operator renders (reference §1.1, §1.4, §3.6, §7)."""
+mirror, and drift of what the operator renders (volcano-sh/volcano@v1.15.1:
+pkg/scheduler/plugins/deviceshare/deviceshare.go and pkg/scheduler/api/devices/config/config.go,
+Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/util.go)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from vgpu_operator.core.render.common import Rendered, plain
 from vgpu_operator.core.render.device_config import existing_geometries
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, DeviceConfigSource, annotations_of
-from vgpu_operator.models.config import ConfigMapRef
+from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,
     PLUGIN_CM_NAMESPACES,

@@ -1,6 +1,10 @@
-"""Version facts of the surface reference (§1.2, §3.1, §3.3, §3.4), one function each, so the
-rules read as the reference does. `None` (version unknown from the image tag) is never guessed
-into a fact: the callers decide what an unknown version means for them."""
+"""Version facts of the Volcano scheduler and the HAMi device plugin, one function each, so the
+rules read as the code does. Read from the releases' code: Project-HAMi/volcano-vgpu-device-plugin
+v1.9.0 to v1.12.0 (cmd/vgpu/main.go, pkg/util/types.go, pkg/rm/rm.go; the handshake removed in
+main by commit 9a6973b) and volcano-sh/volcano v1.12.0 to v1.15.1
+(pkg/scheduler/api/devices/nvidia/vgpu/device_info.go; the handshake check replaced in PR #5388).
+`None` (version unknown from the image tag) is never guessed into a fact: the callers decide what an
+unknown version means for them."""
 
 from __future__ import annotations
 

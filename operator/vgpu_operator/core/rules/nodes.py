@@ -1,5 +1,10 @@
-"""Rules on the nodes: what the device plugin registered (reference §3.4), MIG geometry coverage
-(§1.3, §9, vvdp #102) and the memory entry count (§3.3, vvdp #18/#56)."""
+"""Rules on the nodes: what the device plugin registered (the node annotation
+`volcano.sh/node-vgpu-register`, Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/types.go),
+MIG geometry coverage (`knownMigGeometries` models,
+volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/utils.go;
+Project-HAMi/volcano-vgpu-device-plugin#102) and the memory entry count (`checkDeviceEntries`,
+Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/rm/rm.go;
+Project-HAMi/volcano-vgpu-device-plugin#18/#56)."""
 
 from __future__ import annotations
 

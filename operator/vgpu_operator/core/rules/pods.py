@@ -1,6 +1,8 @@
-"""Rules on pods: components that must re-read their config (reference §1.4: both read the
-device config once per process) and vGPU pods bound without device annotations, which kubelet
-rejects with UnexpectedAdmissionError (§3.6, §9)."""
+"""Rules on pods: components that must re-read their config (both read the device config once per
+process: volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go `sync.Once`,
+Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:cmd/vgpu/main.go) and vGPU pods bound without device
+annotations, which kubelet rejects with UnexpectedAdmissionError (the plugin's `Allocate` cannot
+find them: Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/plugin/server.go `GetPendingPod`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Rules on the Volcano scheduler conf (reference §0, §4, §7; volcano #4501, vvdp #2). Switches
+"""Rules on the Volcano scheduler conf (volcano-sh/volcano@v1.15.1:
+pkg/scheduler/plugins/deviceshare/deviceshare.go, pkg/scheduler/plugins/predicates/predicates.go;
+volcano-sh/volcano#4501, Project-HAMi/volcano-vgpu-device-plugin#2). Switches
 are read as the scheduler's version reads them: from v1.15.0 a quoted "true" is true
 (`strconv.ParseBool`, volcano-sh/volcano@v1.15.0:pkg/scheduler/framework/arguments.go), so
 `GPUSharingEnable: "true"` next to `VGPUEnable: true` is fatal there

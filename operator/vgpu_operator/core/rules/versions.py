@@ -1,5 +1,8 @@
-"""Rules that depend on the scheduler and plugin versions, read from the image tags (reference
-§3.4 and the plugin README's compatibility table)."""
+"""Rules that depend on the scheduler and plugin versions, read from the image tags (the
+registration annotations of Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/types.go and
+volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/device_info.go, and the plugin
+README's compatibility table): per-node values the plugin ignores before
+v1.12, the registration handshake, and the resource names Volcano can see."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from typing import Any
 
 from vgpu_operator.core.rules import facts
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule, warning
+from vgpu_operator.core.rules.plugin import FLAG_DEFAULTS, plugin_ref
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, annotations_of, name_of
-from vgpu_operator.models.config import (
+from vgpu_operator.models.config_refs import (
     DEFAULT_CORES_NAME,
     DEFAULT_COUNT_NAME,
     DEFAULT_MEMORY_NAME,
@@ -23,6 +27,56 @@ def _refs(s: ClusterSnapshot) -> tuple[ObjectRef, ObjectRef]:
         ObjectRef(kind="Deployment", name=d.name, namespace=d.namespace),
         ObjectRef(kind="DaemonSet", name=p.name, namespace=p.namespace),
     )
+
+
+@rule("plugin-node-overrides", "plugin ≤ v1.11: per-node split counts and core scaling agree")
+def check_node_overrides(s: ClusterSnapshot) -> Iterator[Issue]:
+    """Up to v1.11 the plugin registers every GPU with its flags' split count and core scaling:
+    a policy's `hamiCore` values reach config.json but change nothing (`facts`)."""
+    c = s.plugin_container
+    if c is None or c.version is None or facts.plugin_reads_node_overrides(c.version):
+        return
+    flags = c.flags
+    values = {}
+    for flag in ("device-split-count", "device-cores-scaling"):
+        given = flags.get(flag)
+        try:
+            values[flag] = float(given.value) if given and given.value else FLAG_DEFAULTS[flag]
+        except ValueError:
+            values[flag] = FLAG_DEFAULTS[flag]
+    ignored: dict[str, tuple[set[str], list[str]]] = {}
+    for node in s.vgpu_nodes:
+        rc = s.released(node)
+        hc = rc.hami_core if rc is not None else None
+        if rc is None or hc is None:
+            continue
+        what: list[str] = []
+        if hc.device_split_count and hc.device_split_count != values["device-split-count"]:
+            what.append(
+                f"deviceSplitCount {hc.device_split_count} (the plugin uses "
+                f"--device-split-count={values['device-split-count']:g})"
+            )
+        if hc.device_core_scaling and hc.device_core_scaling != values["device-cores-scaling"]:
+            what.append(
+                f"deviceCoreScaling {hc.device_core_scaling:g} (the plugin uses "
+                f"--device-cores-scaling={values['device-cores-scaling']:g})"
+            )
+        if hc.filter_devices and (hc.filter_devices.uuid or hc.filter_devices.index):
+            what.append("filterDevices (every GPU is registered)")
+        if what:
+            nodes, texts = ignored.setdefault(rc.policy or "?", (set(), []))
+            nodes.add(name_of(node))
+            texts.extend(t for t in what if t not in texts)
+    for policy, (nodes, texts) in sorted(ignored.items()):
+        shown = sorted(nodes)
+        yield warning(
+            (plugin_ref(s), *(ObjectRef(kind="Node", name=n) for n in shown[:5])),
+            f"plugin {c.version} ignores the per-node values of policy {policy} on "
+            f"{len(shown)} node(s) ({', '.join(shown[:5])}): {'; '.join(texts)}; only plugin "
+            "v1.12.0 and later read them from config.json",
+            fix="upgrade the device plugin to v1.12.0 or later, or make the policy's hamiCore "
+            "values equal to the flags (the operator sets the flags to deviceDefaults)",
+        )
 
 
 @rule("version-handshake", "plugin and scheduler versions agree on node registration")
