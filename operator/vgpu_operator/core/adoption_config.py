@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_operator.contract import ANN_DATA_CHANGED_AT, ANN_OWNED_ENTRIES
@@ -122,10 +122,13 @@ def _data_written_at(cm: Mapping[str, Any] | None) -> str:
 
 
 def _parse(stamp: str) -> datetime | None:
+    """An RFC 3339 time; one without an offset (not what the apiserver writes, but anyone
+    may annotate) is read as UTC, so that all of them compare."""
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
     except ValueError:
         return None
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
 def entries_taken_over(
