@@ -186,9 +186,9 @@ def memory(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
-def tree_memory(pid: int) -> tuple[float, float]:
-    """`memory` summed over a process and its live descendants (the operator's rules worker
-    is a process of its own: it belongs to the operator's footprint)."""
+def process_tree(pid: int) -> set[int]:
+    """A process and its live descendants (the operator's rules worker is a process of its
+    own: its CPU and memory belong to the operator)."""
     parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -199,8 +199,13 @@ def tree_memory(pid: int) -> tuple[float, float]:
         children = [p for p, pp in parents.items() if pp == parent and p not in tree]
         tree.update(children)
         frontier.extend(children)
+    return tree
+
+
+def tree_memory(pid: int) -> tuple[float, float]:
+    """`memory` summed over `process_tree(pid)`."""
     rss = peak = 0.0
-    for p in tree:
+    for p in process_tree(pid):
         with contextlib.suppress(OSError, KeyError):
             r, h = memory(p)
             rss, peak = rss + r, peak + h

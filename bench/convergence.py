@@ -52,6 +52,7 @@ from benchkit import (
     log,
     machine,
     phase,
+    process_tree,
     run,
 )
 from vgpu_devcluster.cluster import LocalCluster
@@ -82,21 +83,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of a process and of its live descendants (the operator's rules worker is a
-    child process: its CPU competes for the same cores)."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents[int(stat.parent.name)] = int(fields[1])
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
-        tree.update(children)
-        frontier.extend(children)
+    """CPU time of `process_tree(pid)`: the operator and its rules worker."""
     total = 0.0
-    for p in tree:
+    for p in process_tree(pid):
         with contextlib.suppress(OSError):
             total += cpu_seconds(p)
     return total

@@ -55,8 +55,8 @@ from vgpu_operator.core.rollout_node import (
     _restored,
     _stay,
     _timeout,
+    plugin_pause_pending,
 )
-from vgpu_operator.core.rollout_plugin import plugin_left
 from vgpu_operator.core.rollout_step import NodeEvent, NodeStep
 from vgpu_operator.core.selection import Assignment
 from vgpu_operator.core.validate import ParsedPolicy
@@ -207,17 +207,7 @@ def advance_leave(ctx: NodeContext, r: NodeRollout) -> NodeStep:
         )
         return replace(step, rollout=merged, plugin_paused=merged.plugin_paused)
     if r.phase == "Pausing":
-        if r.plugin_paused and not plugin_left(view.plugin, r.since):
-            if timed_out:
-                return _fail(
-                    ctx,
-                    r,
-                    "PauseTimeout",
-                    f"the device plugin pod did not leave the node within stepTimeoutSeconds "
-                    f"({spec.step_timeout_seconds}s)",
-                )
-            return _stay(ctx, r)
-        return _enter_applying(ctx, r)
+        return plugin_pause_pending(ctx, r, timed_out) or _enter_applying(ctx, r)
     # Applying: released; a MIG node's agent turns MIG off
     target = NodeConfig.from_annotation(r.target) if r.target else None
     if not r.agent or target is None:

@@ -241,17 +241,8 @@ def advance(ctx: NodeContext, r: NodeRollout) -> NodeStep | None:
     if r.phase == "Draining":
         return _drain(ctx, r, timed_out)
     if r.phase == "Pausing":
-        if r.plugin_paused and not plugin_left(view.plugin, r.since):
-            if timed_out:
-                return _fail(
-                    ctx,
-                    r,
-                    "PauseTimeout",
-                    f"the device plugin pod did not leave the node within stepTimeoutSeconds "
-                    f"({spec.step_timeout_seconds}s)",
-                )
-            return _stay(ctx, r)
-        return _enter(ctx, r, "Applying", released=True)
+        waiting = plugin_pause_pending(ctx, r, timed_out)
+        return waiting or _enter(ctx, r, "Applying", released=True)
     target = NodeConfig.from_annotation(r.target)
     assert target is not None
     if r.phase == "Applying":
@@ -283,6 +274,22 @@ def advance(ctx: NodeContext, r: NodeRollout) -> NodeStep | None:
         return _finish(ctx, r, f"{_describe(target)} applied and verified")
     if timed_out:
         return _fail(ctx, r, "RegistrationTimeout", problem)
+    return _stay(ctx, r)
+
+
+def plugin_pause_pending(ctx: NodeContext, r: NodeRollout, timed_out: bool) -> NodeStep | None:
+    """In Pausing: the step while the paused plugin pod has not left the node yet (stay, or
+    fail past stepTimeoutSeconds); None once it has left (or none was paused)."""
+    if not r.plugin_paused or plugin_left(ctx.view.plugin, r.since):
+        return None
+    if timed_out:
+        return _fail(
+            ctx,
+            r,
+            "PauseTimeout",
+            f"the device plugin pod did not leave the node within stepTimeoutSeconds "
+            f"({ctx.spec.step_timeout_seconds}s)",
+        )
     return _stay(ctx, r)
 
 
