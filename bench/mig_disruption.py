@@ -9,11 +9,14 @@ client holding a GPU the mode stays pending and only then does the `nvidia-smi -
 run (the agent's of that GPU, mig-parted's of every GPU).
 
 - agent: `vgpu_operator.agent.apply.reconcile_gpus`, as it runs on a node (MEASURED).
-- mig-parted: MODELLED, not measured. Its `apply` as mig-anchors.md §1.4 documents it, replayed as
-  nvidia-smi calls: if any GPU's MIG mode differs, every targeted MIG-enabled GPU is cleared
-  (all CIs, then all GIs), the mode is set, and when a mode is pending every GPU of the node is
-  reset with one `nvidia-smi -r -i <all bus ids>`; then every GPU whose {profile: count} differs
-  is cleared and recreated largest first without placements, the next ordering after a failure.
+- mig-parted: MODELLED, not measured. Its `apply` as its code does it
+  (NVIDIA/mig-parted@v0.15.0:cmd/nvidia-mig-parted/apply/mode.go and config.go,
+  cmd/nvidia-mig-parted/util/device.go `nvmlResetAllGPUs`, pkg/mig/config/config.go
+  `SetMigConfig`), replayed as nvidia-smi calls: if any GPU's MIG mode differs, every targeted
+  MIG-enabled GPU is cleared (all CIs, then all GIs), the mode is set, and when a mode is pending
+  every GPU of the node is reset with one `nvidia-smi -r -i <all bus ids>`; then every GPU whose
+  {profile: count} differs is cleared and recreated largest first without placements, the next
+  ordering after a failure.
 
 Scenarios (one GPU changes, seven stay as they are):
   A. GPU 3's layout changes: {3g.40gb, 2g.20gb, 2 x 1g.10gb} -> {3g.40gb, 4 x 1g.10gb}
@@ -66,7 +69,8 @@ def counted(state: Path, since: int) -> Counts:
 
 
 async def mig_parted_apply(driver: NvidiaSmi, desired: dict[int, dict[str, int] | None]) -> None:
-    """mig-parted `apply` as documented (ref §1.4). `desired[i]`: a layout, or None for MIG off."""
+    """mig-parted `apply` as its code does it (NVIDIA/mig-parted@v0.15.0:cmd/nvidia-mig-parted/
+    apply/). `desired[i]`: a layout, or None for MIG off."""
     rows = await driver.query_gpus()
     model = MIG_MODELS[MODEL]
     mode_mismatch = any(r.mig_current != (desired[r.index] is not None) for r in rows)
@@ -169,8 +173,9 @@ async def main() -> int:
             print(f"{title:<30}{label:<29}{x:>6}{y:>13}  {ratio(x, y)}")
             title = ""
     print(
-        "* mig-parted is MODELLED, not measured: its documented apply algorithm "
-        "(mig-anchors.md §1.4: clear every targeted GPU on a mode change, reset all GPUs with one "
+        "* mig-parted is MODELLED, not measured: its apply algorithm "
+        "(NVIDIA/mig-parted@v0.15.0:cmd/nvidia-mig-parted/apply/: clear every targeted GPU on a "
+        "mode change, reset all GPUs with one "
         "`nvidia-smi -r`, clear-and-recreate any GPU whose counts differ) replayed against the "
         "same fake."
     )

@@ -33,7 +33,9 @@ from vgpu_operator.models.node import NodeConfig
 
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
 
-# profile IDs (mig-anchors.md §3.9): A100-80GB 3g.40gb=9, 2g.20gb=14, 1g.10gb=19; H100 1g.10gb=19
+# profile IDs as `nvidia-smi mig -lgip` prints them (NVIDIA/mig-parted#97 for A100-80GB; an H100's
+# in https://jbarrow.ai/field_notes/nvidia-mig/): A100-80GB 3g.40gb=9, 2g.20gb=14, 1g.10gb=19;
+# H100 1g.10gb=19
 A100_MIXED = Counter({9: 1, 14: 1, 19: 2})
 
 

@@ -181,7 +181,10 @@ async def test_device_config_change_restarts_scheduler_and_plugins_once(
         )
 
     await eventually(replaced, timeout=120, interval=0.5)
-    # What §9 saw after a scheduler restart: a vGPU pod bound without its device annotations.
+    # What Volcano's scheduler v1.15.1 was seen doing after a restart (deviceshare skipped its
+    # device predicate in its first session, "Devices hamivgpu assertion conversion failed, skip",
+    # volcano-sh/volcano@v1.15.1:pkg/scheduler/plugins/deviceshare/deviceshare.go): a vGPU pod
+    # bound without its device annotations.
     # The passes that follow the restart find it and say so on the pod.
     stranded = pod(namespace, "stranded-0", node=rtx[0], limits={"volcano.sh/vgpu-number": "1"})
     await kubeapi.request(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=stranded)

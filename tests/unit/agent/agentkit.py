@@ -1,4 +1,5 @@
-"""Helpers for the agent tests: the reference samples and fake nvidia-smi nodes."""
+"""Helpers for the agent tests: real nvidia-smi output (samples/, transcripts/) and fake nvidia-smi
+nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.smi import NvidiaSmi
 
 SAMPLES = Path(__file__).parent / "samples"
-REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "reference" / "mig-anchors.md"
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
 
 _YOKATAYAMA = (
@@ -34,8 +34,43 @@ SOURCES: dict[str, str] = {
 }
 
 
+# Where each file in samples/ was seen: nvidia-smi output as NVIDIA's MIG user guide and public
+# issues print it, copied verbatim (samples/SHA256SUMS pins each copy; test_agent_parse checks it).
+# The fake nvidia-smi is tested against these character for character (test_fakesmi_golden).
+MIG_USER_GUIDE = (
+    "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html"
+)
+SAMPLE_SOURCES: dict[str, str] = {
+    "create_cgi_9_3g.txt": f"{MIG_USER_GUIDE} (`nvidia-smi mig -cgi 9,3g.20gb -C`, A100-40GB)",
+    "create_insufficient.txt": f'{MIG_USER_GUIDE}, "Example 2: Creation of a 3-2-1-1 geometry" '
+    "(`-cgi 19,19,14,9` on A100-40GB)",
+    "destroy_ci.txt": f"{MIG_USER_GUIDE} (`nvidia-smi mig -dci`)",
+    "destroy_gi.txt": f"{MIG_USER_GUIDE} (`nvidia-smi mig -dgi`)",
+    "destroy_in_use.txt": f"{MIG_USER_GUIDE} (`nvidia-smi mig -dgi` on a GPU instance in use)",
+    "lci.txt": "a public capture of `nvidia-smi mig -lci` on an H100 (repository not recorded)",
+    "lgi_legacy.txt": f"{MIG_USER_GUIDE} (`nvidia-smi mig -lgi` after two 3g.20gb)",
+    "lgip_legacy_a100_40gb_r510.txt": f"{_YOKATAYAMA}: transcripts/lgip_a100_pcie_40gb_r510.txt "
+    "with the rows between 2g.10gb and 7g.40gb elided as `...`",
+    "lgipp_a100.txt": f"{MIG_USER_GUIDE} (`nvidia-smi mig -lgipp`, A100)",
+    "list_gpus_h100.txt": "NVIDIA/cloud-native-docs@52dcb7b8d956:"
+    "gpu-operator/manifests/output/mig-mixed-nvidia-smi.txt (`nvidia-smi -L`, H100 80GB HBM3)",
+    "mode_disable.txt": f"{MIG_USER_GUIDE} (`nvidia-smi -i 0 -mig 0`)",
+    "mode_enable.txt": f"{MIG_USER_GUIDE} (`nvidia-smi -i 0 -mig 1`)",
+    "mode_pending_in_use.txt": "https://github.com/NVIDIA/gpu-operator/issues/118 (the same "
+    "text in https://github.com/NVIDIA/gpu-operator/issues/1845)",
+    "mode_pending_passthrough.txt": f"{MIG_USER_GUIDE} (`-mig 1` in a passthrough VM, where "
+    "the GPU cannot be reset)",
+    "query_bus_mode.txt": f"{MIG_USER_GUIDE} "
+    "(`nvidia-smi -i 0 --query-gpu=pci.bus_id,mig.mode.current --format=csv`)",
+    "reset_not_supported.txt": f"{MIG_USER_GUIDE} (`nvidia-smi --gpu-reset` in a passthrough VM)",
+    "reset_refused.txt": "https://github.com/NVIDIA/mig-parted/issues/181 "
+    "(`nvidia-smi -r` while `nvidia_drm` holds the GPU)",
+}
+
+
 def sample(name: str) -> str:
-    """A sample copied verbatim from mig-anchors.md §3 (test_agent_samples checks the copy)."""
+    """A sample copied verbatim from its source, SAMPLE_SOURCES[name]."""
+    assert name in SAMPLE_SOURCES, f"{name}: no source recorded"
     return (SAMPLES / name).read_text()
 
 

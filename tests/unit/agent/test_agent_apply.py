@@ -69,7 +69,9 @@ async def test_the_order_that_fails_first_fit_is_applied(fake_node: Make) -> Non
     naive = subprocess.run(
         [str(node.binary), "mig", "-cgi", "19,19,14,9", "-C"], capture_output=True, env=env
     )
-    assert naive.returncode == 23  # Insufficient Resources (ref §1.4)
+    # Insufficient Resources: the MIG user guide's "Example 2: Creation of a 3-2-1-1 geometry"
+    # (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html)
+    assert naive.returncode == 23
     fs.reboot(node.state)  # start clean: MIG on, no instances
     desired = static({"profiles": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}})
     out = await reconcile_gpus(node.driver, desired, None)
@@ -134,7 +136,7 @@ async def test_in_use_gpu_is_blocked_and_nothing_is_destroyed(fake_node: Make) -
 async def test_reset_not_supported_fails_with_reboot_required(fake_node: Make) -> None:
     node = fake_node("A100-SXM4-80GB", 1)
     with fs.edit(node.state) as s:
-        s["gpus"][0]["reset_supported"] = False  # GPU passthrough (ref §1.6)
+        s["gpus"][0]["reset_supported"] = False  # GPU passthrough (NVIDIA/mig-parted#9)
     out = await reconcile_gpus(node.driver, dynamic(), None)
     assert (out.state, out.reason) == ("failed", Reason.REBOOT_REQUIRED)
     assert out.reason == "reboot required"
@@ -319,7 +321,8 @@ async def test_unexpected_errors_still_end_failed(fake_node: Make) -> None:
 
 
 def test_a30_instance_counts_come_from_the_table() -> None:
-    # ref §1.6: NVML reports wrong InstanceCount for some A30 profiles; mig-parted hardcodes them
+    # NVML reports wrong InstanceCount for some A30 profiles; mig-parted hardcodes them
+    # (NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `getHardcodedA30Profiles`)
     from vgpu_operator.agent.observe import _profiles
     from vgpu_operator.agent.parse import GpuRow, PlacementRow, ProfileRow
     from vgpu_operator.core.mig_catalog import MIG_MODELS

@@ -51,7 +51,8 @@ async def test_hopper_after_a_reboot_gets_mig_and_its_layout_again(fake_node: Ma
 
 
 async def test_ampere_unresettable_pending_mode_asks_for_a_reboot(fake_node: Make) -> None:
-    # Ampere keeps a pending mode over a reboot and applies it then (ref §2.4): the message
+    # Ampere keeps a pending mode over a reboot and applies it then (NVIDIA/gpu-operator#2603:
+    # "MIG mode survives a reboot on Ampere via an InfoROM status bit"): the message
     # says to reboot; Hopper's would not (above)
     fake = fake_node("A100 80GB PCIe", 1)
     with fs.edit(fake.state) as s:

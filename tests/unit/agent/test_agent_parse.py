@@ -1,14 +1,15 @@
-"""Parsers on every output sample of mig-anchors.md §3 (files in samples/, copied verbatim), plus
-the samples the reference quotes inline and the newer table layouts it describes."""
+"""Parsers on every nvidia-smi output sample (files in samples/, copied verbatim from the sources
+in agentkit.SAMPLE_SOURCES), plus one-line samples quoted here and the newer table layouts."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.unit.agent.agentkit import REFERENCE, SAMPLES, sample
+from tests.unit.agent.agentkit import MIG_USER_GUIDE, SAMPLE_SOURCES, SAMPLES, sample, transcript
 from vgpu_operator.agent.parse import (
     SmiErrorKind,
     classify,
@@ -34,7 +35,7 @@ from vgpu_operator.agent.parse_actions import (
     parse_reset,
 )
 
-# Samples the reference quotes inline in §3 (not in a code block).
+# One-line samples, quoted from their sources (INLINE_SOURCES).
 INLINE = {
     "reset_ok": "GPU 00000000:C1:00.0 was successfully reset.",
     "no_gi": "No GPU instances found: Not Found",
@@ -43,20 +44,40 @@ INLINE = {
     "MIG 1c.3g.20gb (ID  0)",
     "no_mig": "No MIG-supported devices found.",
 }
+INLINE_SOURCES = {
+    "reset_ok": "https://github.com/NVIDIA/gpu-operator/issues/118",
+    "no_gi": "public captures of `nvidia-smi mig -lgi` with no instance (repositories not "
+    "recorded; the same wording in each)",
+    "no_ci": "public captures of `nvidia-smi mig -lci` with no instance (repositories not "
+    "recorded; the same wording in each)",
+    "cci": f"{MIG_USER_GUIDE} (`nvidia-smi mig -cci 0,0,0 -gi 1`)",
+    "no_mig": "a third-party document on a GPU that is not MIG-capable (UNCONFIRMED: not seen "
+    "in NVIDIA's documentation)",
+}
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference not beside the repo")
+def _pinned() -> dict[str, str]:
+    """samples/SHA256SUMS (`sha256sum` format): the digest of each sample as copied."""
+    lines = (SAMPLES / "SHA256SUMS").read_text().splitlines()
+    return {name: digest for digest, name in (line.split("  ", 1) for line in lines)}
+
+
+def test_every_sample_names_its_source_and_is_pinned() -> None:
+    files = {p.name for p in SAMPLES.glob("*.txt")}
+    assert files == set(SAMPLE_SOURCES) == set(_pinned())
+    assert set(INLINE) == set(INLINE_SOURCES)
+
+
 @pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.txt")), ids=lambda p: p.name)
-def test_sample_files_are_verbatim_copies_of_the_reference(path: object) -> None:
-    text = REFERENCE.read_text()
-    body = sample(path.name).rstrip("\n")  # type: ignore[attr-defined]
-    assert body in text
+def test_sample_files_are_unchanged_copies(path: Path) -> None:
+    # a sample is its source's text, never edited to fit the fake nvidia-smi or a parser
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == _pinned()[path.name]
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason="shared/reference not beside the repo")
-@pytest.mark.parametrize("key", sorted(INLINE))
-def test_inline_samples_are_quoted_from_the_reference(key: str) -> None:
-    assert INLINE[key] in REFERENCE.read_text()
+def test_legacy_lgip_sample_is_an_elided_copy_of_its_transcript() -> None:
+    head, tail = sample("lgip_legacy_a100_40gb_r510.txt").split("...\n")
+    full = transcript("lgip_a100_pcie_40gb_r510.txt")
+    assert full.startswith(head) and full.endswith(tail) and len(full) > len(head) + len(tail)
 
 
 def test_query_with_header() -> None:
@@ -66,7 +87,8 @@ def test_query_with_header() -> None:
 
 
 def test_query_gpus_constructed_line_and_na() -> None:
-    # ref §3.2 constructs this line shape (UNCONFIRMED) without the bus id, which our query adds;
+    # a line shape constructed from the user guide's CSV conventions (`", "` separators, `MiB`
+    # units; MIG_USER_GUIDE), not a captured sample, with the bus id our query adds;
     # [N/A] for GPUs that are not MIG-capable.
     text = (
         "0, GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4, NVIDIA H100 80GB HBM3, 00000000:36:00.0, "
@@ -99,8 +121,9 @@ def test_lgip_legacy_layout_with_elided_rows() -> None:
 
 
 def _wide(rows: list[str], separators: bool) -> str:
-    """The 81-column layout of newer drivers (ref §3.3), built from the legacy sample's rows by
-    the documented widening of the Name column."""
+    """The 81-column layout of newer drivers (an H100's `mig -lgip` as printed in
+    https://jbarrow.ai/field_notes/nvidia-mig/; some listings omit the separator rows), built from
+    the legacy sample's rows by that widening of the Name column."""
     border = "+" + "-" * 79 + "+"
     head = [
         border,
@@ -145,8 +168,8 @@ def test_lgipp_a100_sample() -> None:
     assert {r.gpu for r in rows} == {0}
 
 
-def test_lgipp_a30_values_from_the_reference_prose() -> None:
-    # ref §3.4: A30 "ID 14 {0,1,2,3}:1, ID 21 {0,1,2,3}:1, ID 5 {0,2}:2, ID 0 {0}:4"
+def test_lgipp_a30_listing() -> None:
+    # an A30's `mig -lgipp`, Summer-Lo/Docker_configuration@fd975fcf097f:000-MIG/README.md
     text = "\n".join(
         [
             "GPU  0 Profile ID 14 Placements: {0,1,2,3}:1",
@@ -274,7 +297,8 @@ def test_list_gpus_current_and_older_forms() -> None:
         ("1g.10gb", 2),
     ]
     assert gpu.migs[2].uuid == "MIG-9d14fb21-4ae1-546f-a636-011582899c39"
-    # ref §3.8: older single spacing, and the pre-R470 MIG-GPU-<parent>/<gi>/<ci> form
+    # older drivers' single spacing (MIG_USER_GUIDE), and the pre-R470 MIG-GPU-<parent>/<gi>/<ci>
+    # form (accepted by NVIDIA/go-nvlib@3c161560521e:pkg/nvlib/device/identifier.go)
     old = (
         "GPU 0: A100-SXM4-40GB (UUID: GPU-2fa5cf01-9520-1bc1-995b-cc0c6d9bca7c)\n"
         "  MIG 3g.20gb Device 0: (UUID: MIG-GPU-2fa5cf01-9520-1bc1-995b-cc0c6d9bca7c/1/0)\n"

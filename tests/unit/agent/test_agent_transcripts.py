@@ -120,7 +120,8 @@ def test_a_compute_instance_of_profile_7_spanning_its_gpu_instance_verifies() ->
 
 
 def test_a_partial_compute_instance_is_not_full() -> None:
-    # ref §3.5: `-cci 0,0,0 -gi 1` makes three `1c.3g.20gb` CIs in one GPU instance
+    # `-cci 0,0,0 -gi 1` makes three `1c.3g.20gb` CIs in one GPU instance (the MIG user guide,
+    # https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html)
     one = gpu("A100-SXM4-40GB", instances=[("3g.20gb", 0)])
     partial = ComputeInstance(id=0, profile_id=0, name="1c.3g.20gb", start=0, size=1)
     gi = one.instances[0].model_copy(update={"cis": [partial]})

@@ -1,10 +1,12 @@
-"""The fake nvidia-smi against the samples of mig-anchors.md §3, character for character.
+"""The fake nvidia-smi against real nvidia-smi output (samples/, each file's source in
+agentkit.SAMPLE_SOURCES, most from NVIDIA's MIG user guide), character for character.
 
 Each test puts the fake into the state the sample was taken in (bus IDs, modes, instances), runs
 the sample's command through the `nvidia-smi` wrapper as a subprocess, and compares the output
-with the verbatim copy in samples/. The §3.6 `-lgi` listing is seeded directly: its GI IDs
-contradict the §1.4 ordering example under any single placement policy (see fakesmi_mig), so the
-fake follows §1.4 and §3.5 when it creates instances itself.
+with the verbatim copy in samples/. The guide's `-lgi` listing (samples/lgi_legacy.txt) is seeded
+directly: its GI IDs contradict the guide's ordering example ("Example 2: Creation of a 3-2-1-1
+geometry") under any single placement policy (see fakesmi_mig), so the fake follows that example
+and the guide's `-cgi` listings (samples/create_cgi_9_3g.txt) when it creates instances itself.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def test_reset_refused_while_in_use(tmp_path: Path) -> None:
     fs.add_process(node.state, 0, 1234)
     out, rc = smi(node, "-i", "0", "-r")
     assert out == sample("reset_refused.txt")
-    assert rc == 255  # ref §3.1: mig-parted exits 255 from `nvidia-smi -r`
+    assert rc == 255  # mig-parted exits 255 from `nvidia-smi -r` (NVIDIA/mig-parted#181)
 
 
 def test_reset_succeeds(tmp_path: Path) -> None:
@@ -131,7 +133,7 @@ def test_create_in_the_wrong_order_is_insufficient(tmp_path: Path) -> None:
 
 def test_create_in_the_documented_order_succeeds(tmp_path: Path) -> None:
     node = make_node(tmp_path, "A100-SXM4-40GB", 1, mig=True)
-    out, rc = smi(node, "mig", "-cgi", "9,19,14,19")  # ref §1.4: this order works
+    out, rc = smi(node, "mig", "-cgi", "9,19,14,19")  # the guide's Example 2: this order works
     assert rc == 0
     assert out.count("Successfully created GPU instance") == 4
 

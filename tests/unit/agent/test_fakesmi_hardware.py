@@ -101,14 +101,16 @@ def test_cci_takes_only_the_profiles_lcip_lists(fake: Fake) -> None:
 
 def test_ampere_switches_at_once_when_nothing_holds_the_gpu(fake: Fake) -> None:
     # MIG user guide: "the driver will attempt to reset the GPU so that MIG mode can take
-    # effect"; the printed text is the ref §3.1 sample of an A100's `-i 0 -mig 1`.
+    # effect"; the printed text is the guide's sample of an A100's `-i 0 -mig 1`
+    # (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html).
     fake.init("A100-SXM4-80GB", 2)
     out, rc = fake("-i", "1", "-mig", "1")
     assert (out, rc) == (f"Enabled MIG Mode for GPU {fake.gpu(1)['bus_id']}\nAll done.\n", 0)
     assert (fake.gpu(1)["mig_current"], fake.gpu(1)["mig_pending"]) == (True, True)
     assert fs.count_effect(fake.path, "reset") == 1  # the driver's own reset of GPU 1 only
     assert fake.gpu(0)["mig_current"] is False
-    # a client holding the GPU keeps the mode pending, "In use by another client" (ref §3.1)
+    # a client holding the GPU keeps the mode pending, "In use by another client"
+    # (NVIDIA/gpu-operator#118)
     with fs.edit(fake.path) as s:
         s["gpus"][0]["reset_blocked_by"] = "nvidia-persistenced"
     out, _ = fake("-i", "0", "-mig", "1")
@@ -131,7 +133,7 @@ def test_hopper_loses_mig_mode_on_reset_and_reboot(fake: Fake, how: str) -> None
 
 
 def test_ampere_keeps_mig_mode_over_a_reboot(fake: Fake) -> None:
-    # ref §2.4: "MIG mode survives a reboot on Ampere via an InfoROM status bit"
+    # NVIDIA/gpu-operator#2603: "MIG mode survives a reboot on Ampere via an InfoROM status bit"
     fake.init("A100 80GB PCIe", mig=True)
     fs.reboot(fake.path)
     assert (fake.gpu()["mig_current"], fake.gpu()["mig_pending"]) == (True, True)

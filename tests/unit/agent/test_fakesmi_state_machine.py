@@ -92,7 +92,7 @@ def test_seven_1g_get_the_documented_instance_ids(fake: Fake) -> None:
     out, rc = fake("mig", "-cgi", ",".join(["19"] * 7))
     assert rc == 0
     ids = [int(line.split("ID")[1].split()[0]) for line in out.splitlines()]
-    assert ids == [13, 11, 12, 7, 8, 9, 10]  # ref §3.5
+    assert ids == [13, 11, 12, 7, 8, 9, 10]  # as in the MIG user guide (fakesmi_mig)
     starts = sorted(r.start for r in parse_lgi(fake("mig", "-lgi")[0]))
     assert starts == list(range(7))
 

@@ -1,4 +1,7 @@
-"""The MIG profile table (core.mig_catalog) against mig-anchors.md §3.9, §3.4, §2.7."""
+"""The MIG profile table (core.mig_catalog) against real `nvidia-smi mig -lgip`/`-lgipp` listings
+(cited at each test), NVIDIA's MIG user guide
+(https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html) and
+mig-parted's named configs (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml)."""
 
 from __future__ import annotations
 
@@ -94,7 +97,12 @@ def test_architecture_by_name() -> None:
 
 @pytest.mark.parametrize(
     ("model", "expected"),
-    [  # ref §3.9 table (and the A30 line under it)
+    # `mig -lgip` IDs: A100-40GB in the MIG user guide and tests/unit/agent/transcripts/
+    # lgip_a100_pcie_40gb_r510.txt; A100-80GB's 19/20/14/9 in NVIDIA/mig-parted#97 (15/5/0 as on
+    # the other 7-slice GPUs); H100 80GB HBM3 in https://jbarrow.ai/field_notes/nvidia-mig/; H200
+    # in NVIDIA/mig-parted#120 (transcripts/lgip_h200_gpu2_excerpt.txt); A30 in
+    # Summer-Lo/Docker_configuration@fd975fcf097f:000-MIG/README.md (2g.12gb+me: no listing)
+    [
         ("A100-SXM4-40GB", {"1g.5gb": 19, "1g.5gb+me": 20, "1g.10gb": 15, "2g.10gb": 14,
                             "3g.20gb": 9, "4g.20gb": 5, "7g.40gb": 0}),
         ("A100-SXM4-80GB", {"1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "2g.20gb": 14,
@@ -117,13 +125,13 @@ def test_unconfirmed_entries_are_marked() -> None:
         assert p is not None and "UNCONFIRMED" not in p.unconfirmed
     assert "UNCONFIRMED" in MIG_MODELS["H100 NVL"].profile("7g.94gb").unconfirmed  # type: ignore[union-attr]
     a30 = MIG_MODELS["A30"].profile("2g.12gb+me")
-    assert a30 is not None and "UNCONFIRMED" in a30.unconfirmed  # ref: "ID not seen"
+    assert a30 is not None and "UNCONFIRMED" in a30.unconfirmed  # no listing shows its ID
 
 
 def test_reference_memory_and_sm_values() -> None:
     h100 = MIG_MODELS["H100 80GB HBM3"]
     got = {p.name: (p.memory_gib, p.sm) for p in h100.profiles if "+" not in p.name}
-    assert got == {  # ref §3.9 H100 line
+    assert got == {  # an H100's `mig -lgip`, https://jbarrow.ai/field_notes/nvidia-mig/
         "1g.10gb": (9.75, 16),
         "1g.20gb": (19.62, 26),
         "2g.20gb": (19.62, 32),
@@ -132,7 +140,8 @@ def test_reference_memory_and_sm_values() -> None:
         "7g.80gb": (79.25, 132),
     }
     assert h100.memory_mib == 81559 and MIG_MODELS["A100-SXM4-40GB"].memory_mib == 40537
-    # knownMigGeometries MiB of the plugin manifest for A100-80GB (volcano-vgpu-surface §1.3)
+    # knownMigGeometries MiB for A100-80GB in the plugin's manifest
+    # (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:volcano-vgpu-device-plugin.yml)
     a100 = MIG_MODELS["A100-SXM4-80GB"]
     mib = {n: a100.profile(n).memory_mib for n in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")}  # type: ignore[union-attr]
     assert mib == {"1g.10gb": 9728, "2g.20gb": 19968, "3g.40gb": 40192, "7g.80gb": 80896}
@@ -179,6 +188,7 @@ def test_mode_change_needs_reset_only_before_hopper() -> None:
 
 
 def test_gpu_instance_ids_follow_the_observed_tree() -> None:
-    # ref §3.5: seven 1g on A100 got 13,11,12,7,8,9,10 (fake places them at 6,4,5,0,1,2,3)
+    # seven 1g on A100 got 13,11,12,7,8,9,10 in the MIG user guide's listings (the fake places
+    # them at 6,4,5,0,1,2,3)
     assert [gi_heap_id(8, 1, s) for s in (6, 4, 5, 0, 1, 2, 3)] == [13, 11, 12, 7, 8, 9, 10]
     assert gi_heap_id(8, 8, 0) == 0 and gi_heap_id(8, 4, 4) == 2 and gi_heap_id(4, 2, 2) == 2

@@ -45,7 +45,8 @@ def test_too_many_instances_of_a_profile() -> None:
 
 
 def test_too_many_slices_for_the_model_suggests_a_layout_that_fits() -> None:
-    # the CRD caps a layout at 7 compute slices; an A30 has 4 (ref §3.9)
+    # the CRD caps a layout at 7 compute slices; an A30 has 4
+    # (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html)
     inv = node(gpu("A30", 0), gpu("A30", 1))
     (err,) = validate(static({"profiles": {"2g.12gb": 2, "1g.6gb": 1}}), inv)
     assert err.path == "spec.mig.layout[0].profiles"
@@ -56,7 +57,7 @@ def test_too_many_slices_for_the_model_suggests_a_layout_that_fits() -> None:
 
 
 def test_too_much_memory() -> None:
-    # ref §4.7 (k8s-test-infra#886): 4 x 1g.10gb + 3 x 1g.5gb on A100-40GB is legal per entry
+    # NVIDIA/k8s-test-infra#886: 4 x 1g.10gb + 3 x 1g.5gb on A100-40GB is legal per entry
     (err,) = validate(static({"profiles": {"1g.10gb": 4, "1g.5gb": 3}}), EIGHT_A100_40)
     assert "11 memory slices" in err.message
 
@@ -126,7 +127,7 @@ def test_mixed_models_are_validated_per_model() -> None:
     ],
 )
 def test_example_layout_is_mig_parted_all_balanced(model: str, expected: dict[str, int]) -> None:
-    # ref §2.7 all-balanced rows
+    # the all-balanced rows of NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml
     assert example_layout(geometry_of_model(MIG_MODELS[model])) == expected
 
 

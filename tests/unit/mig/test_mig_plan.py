@@ -61,7 +61,9 @@ def test_matching_instances_are_kept_and_the_right_one_goes() -> None:
 
 
 def test_creation_is_largest_first_with_explicit_placements() -> None:
-    # ref §1.4: on A100-40GB 19,19,14,9 fails first-fit; the planner places 3g first, at 4.
+    # on A100-40GB 19,19,14,9 fails first-fit ("Example 2: Creation of a 3-2-1-1 geometry" in
+    # https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html);
+    # the planner places 3g first, at 4.
     inv = node(gpu(A100_40))
     desired = static({"profiles": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}})
     plan = plan_node(inv, desired, None)
@@ -118,7 +120,9 @@ def test_dynamic_on_a_fresh_node_turns_mig_on() -> None:
 
 def test_after_reboot_the_static_layout_is_reapplied() -> None:
     desired = static({"profiles": {"2g.20gb": 3, "1g.10gb": 1}})
-    rebooted = node(gpu(A100_80, mig=True))  # MIG mode kept, instances gone (ref §1.5)
+    # MIG mode kept (Ampere: NVIDIA/gpu-operator#2603), instances gone: "the created MIG devices
+    # are not persistent across system reboots" (the MIG user guide)
+    rebooted = node(gpu(A100_80, mig=True))
     plan = plan_node(rebooted, desired, desired)
     assert Counter(s.profile for s in plan.steps) == {"2g.20gb": 3, "1g.10gb": 1}
     assert all(s.kind == StepKind.CREATE_GI for s in plan.steps)
@@ -225,7 +229,8 @@ def test_any_layout_to_any_layout_converges(data: st.DataObject, model: str) -> 
     plan = plan_node(inv, second, first)
     after = simulate(inv, plan)
     assert verify(after, second, first) == []
-    # never more destruction than mig-parted's clear-the-GPU (ref §1.5)
+    # never more destruction than mig-parted's clear-the-GPU
+    # (NVIDIA/mig-parted@v0.15.0:pkg/mig/config/config.go `SetMigConfig`)
     destroyed = sum(1 for s in plan.steps if s.kind == StepKind.DESTROY_GI)
     assert destroyed <= len(inv.gpus[0].instances)
     assert plan_node(after, second, second).steps == ()  # idempotent

@@ -23,7 +23,8 @@ from vgpu_operator.models.config import load_config
 from vgpu_operator.models.inventory import GpuInfo, Inventory, ProfileInfo
 from vgpu_operator.models.volcano import MigGeometryEntry, first_match, parse_device_config
 
-# NVML names as nvidia-smi prints them (mig-anchors §3.2/§3.8, public sources).
+# NVML names as nvidia-smi prints them in public listings (e.g. "NVIDIA H100 80GB HBM3" in
+# NVIDIA/cloud-native-docs@52dcb7b8d956:gpu-operator/manifests/output/mig-mixed-nvidia-smi.txt).
 REAL = {
     "NVIDIA A30": "A30",
     "NVIDIA A100-SXM4-40GB": "A100-SXM4-40GB",
