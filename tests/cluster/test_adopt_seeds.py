@@ -9,13 +9,15 @@ deliberate change, and leaving with `onDelete: Retain`."""
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, patch_spec
-from tests.cluster.rolloutkit import rollout_of
 from tests.cluster.seedkit import (
     DEVICE_CM,
     DEVICE_KEY,
@@ -40,6 +42,7 @@ from tests.cluster.volcano_env import text
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.kubeapi import policy_path
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
@@ -81,10 +84,42 @@ SEED002_VALUES = {
 SPLIT_5 = {"hamiCore": {"deviceSplitCount": 5}, "rollout": {"stepTimeoutSeconds": 10}}
 
 
+@dataclass
+class Refused:
+    """Whether a policy's status says its change is refused (at `generation`)."""
+
+    api: client.ApiClient
+    name: str
+    generation: int
+
+    async def stalled(self) -> dict[str, Any]:
+        """The policy's Stalled condition ({} while it has none)."""
+        got = await kubeapi.request(self.api, "GET", policy_path(self.name))
+        conditions = (got.get("status") or {}).get("conditions") or []
+        return next((dict(c) for c in conditions if c["type"] == "Stalled"), {})
+
+    async def __call__(self) -> bool:
+        c = await self.stalled()
+        return c.get("reason") == "PluginIgnoresNodeValues" and (
+            c.get("observedGeneration") == self.generation
+        )
+
+
+async def events_of(api: client.ApiClient, namespace: str, uid: str) -> Counter[str]:
+    body = await kubeapi.request(
+        api,
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events",
+        query={"fieldSelector": f"involvedObject.uid={uid}"},
+    )
+    return Counter(e["reason"] for e in body.get("items") or [])
+
+
 async def build_seed002(env: SeedCluster) -> None:
-    """Seed 002's cluster as its write-up leaves it (§1.2 labels and taints, §2.1 the plugin and
-    its ConfigMaps in volcano-system with --resource-name=nvidia.com/gpu, §2.2 the scheduler's
-    deviceshare reading volcano-system, restarted after the edit; §3 GPU pods running)."""
+    """Seed 002's cluster as its manual procedure leaves it (README, "From a hand-configured
+    cluster", seed 002): nodes labelled and tainted by hand; the plugin and its ConfigMaps in
+    volcano-system with --resource-name=nvidia.com/gpu; the scheduler's deviceshare reading
+    volcano-system, restarted after the edit; GPU pods running."""
     env.where = Where(scheduler=NS, plugin=NS)
     await env.namespaces(grant_values=SEED002_VALUES)
     await env.add_control_node()
@@ -163,50 +198,67 @@ async def test_seed002_observe_then_enforce_disturbs_nothing(
     for name in env.nodes:  # the hand-set label and taint stay the user's
         assert_own_marks_only(await kubeapi.request(api, "GET", kubeapi.node_path(name)))
 
-    # 3. a deliberate change: a split count of 5. The v1.11.0 plugin takes the split count from
-    # its flag only (Project-HAMi/volcano-vgpu-device-plugin@v1.11.0: the config.json entry
-    # sets the mode), so the policy's per-node value cannot take effect: the rollout takes one
-    # node (maxUnavailable 1), replaces its plugin pod once, finds the registration still at
-    # 10 and fails that node with the reason; the other node is not taken.
-    # `plan` of the change says so before it is made
+    # 3. a deliberate change the v1.11.0 plugin cannot apply: a split count of 5. It takes the
+    # split count from its flag only (Project-HAMi/volcano-vgpu-device-plugin@v1.11.0: the
+    # config.json entry sets the mode), so the operator refuses the change up front: `plan` says
+    # so, and applied, no node is taken, cordoned or has its plugin pod replaced; the policy is
+    # Stalled naming the field, what the plugin uses and the fix, with one Warning Event.
     live = await kubeapi.request(api, "GET", policy_path(policy))
     rollout = {**live["spec"]["rollout"], **SPLIT_5["rollout"]}
     changed = {**live["spec"], **SPLIT_5, "rollout": rollout}
     enforce_config = SEED002_CONFIG.format(mode="enforce")
     said = await planned(kubeconfig, enforce_config, policy, tmp_path, changed)
-    appearing = {f["id"]: f["message"] for f in said["findings"]["appearing"]}
-    assert "ignores the per-node values" in appearing.get("plugin-node-overrides", ""), said
-    offset = local.audit_offset()
+    notes = " ".join(said["notes"])
+    assert f"policy {policy}: the change is refused" in notes, said
+    assert "spec.hamiCore.deviceSplitCount: 5 cannot take effect" in notes, notes
+    assert "--device-split-count=10" in notes and "v1.12.0" in notes, notes
+    assert not [n for n in said["nodes"] if n.get("patch")] and not said["rollout"], said
     plugin_before = await env.plugin_pods()
-
-    async def failed() -> bool:
-        objs = [await kubeapi.request(api, "GET", kubeapi.node_path(n)) for n in env.nodes]
-        return any((r := rollout_of(o)) is not None and r.phase == "Failed" for o in objs)
-
+    stalled = Refused(api, policy, generation=live["metadata"]["generation"] + 1)
     seen = await rolls(
-        api,
-        env,
-        env.nodes,
-        lambda: patch_spec(
-            api,
-            policy,
-            {"hamiCore": {"deviceSplitCount": 5}, "rollout": {"stepTimeoutSeconds": 10}},
-        ),
-        failed,
-        settle=False,
+        api, env, env.nodes, lambda: patch_spec(api, policy, SPLIT_5), stalled, settle=False
     )
+    assert seen.most == 0 and not seen.cordoned and not seen.phases, seen
+    assert await env.plugin_pods() == plugin_before
+    condition = await stalled.stalled()
+    assert "spec.hamiCore.deviceSplitCount" in condition["message"], condition
+    assert "--device-split-count=10" in condition["message"], condition
+    assert "upgrade the device plugin to v1.12.0" in condition["message"], condition
+    uid = live["metadata"]["uid"]
+
+    async def warned() -> bool:
+        return (await events_of(api, "default", uid))["PluginIgnoresNodeValues"] == 1
+
+    await eventually(warned, timeout=10, interval=0.3)
+
+    # ...and the fix it names: the flag's value, 10. The policy is no longer refused and the
+    # change rolls as "Safe transitions" says for what the plugin reads: one node at a time
+    # (maxUnavailable 1), no cordon, each node's registration verified (still 10 per GPU); the
+    # node-config entries already said 10, so no plugin pod is replaced for it.
+    ten = {"hamiCore": {"deviceSplitCount": 10}}
+
+    async def converged() -> bool:
+        for name in env.nodes:
+            facts = node_facts(await kubeapi.request(api, "GET", kubeapi.node_path(name)))
+            hc = facts.config.hami_core if facts.config is not None else None
+            if (
+                hc is None
+                or hc.device_split_count != 10
+                or contract.ANN_ROLLOUT in facts.annotations
+            ):
+                return False
+        return True
+
+    seen = await rolls(api, env, env.nodes, lambda: patch_spec(api, policy, ten), converged)
     assert seen.most == 1 and not seen.cordoned, seen
-    [(taken, phases)] = seen.phases.items()
-    assert phases[-1] == "Failed", phases
-    after = await env.plugin_pods()
-    assert after[taken] != plugin_before[taken]  # its plugin pod replaced once
-    others = [n for n in env.nodes if n != taken]
-    assert {n: after[n] for n in others} == {n: plugin_before[n] for n in others}
-    node = await kubeapi.request(api, "GET", kubeapi.node_path(taken))
-    r = rollout_of(node)
-    assert r is not None and "split count [10], not 5" in (r.message or ""), r
-    registered = parse_register(node["metadata"]["annotations"][REGISTER_ANNOTATION])
-    assert {g.count for g in registered} == {10}
+    assert set(seen.phases) == set(env.nodes), seen
+    assert await env.plugin_pods() == plugin_before
+    for name in env.nodes:
+        node = await kubeapi.request(api, "GET", kubeapi.node_path(name))
+        registered = parse_register(node["metadata"]["annotations"][REGISTER_ANNOTATION])
+        assert {g.count for g in registered} == {10}
+    condition = await stalled.stalled()
+    assert condition["status"] == "False", condition
 
     # 4. leaving (the guide's operator config: onDelete: Retain): the policy goes, the nodes
     # keep everything, the plugin keeps running there

@@ -41,12 +41,16 @@ from vgpu_operator.core.findings import CONDITION, ConditionValue
 from vgpu_operator.core.nodefacts import NodeFacts, node_facts
 from vgpu_operator.core.pods import gpu_resources, interned
 from vgpu_operator.core.rules import ClusterSnapshot
+from vgpu_operator.core.rules.plugin_refusal import PluginNodeValues, plugin_node_values
 from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.kubeapi.events import EventPoster
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.waiting import wait_set
 
 log = logging.getLogger("vgpu_operator.controller")
+
+DAEMONSETS_WAIT = 30.0  # seconds the first node pass waits for the DaemonSet listing
 
 USER_AGENT = "vgpu-operator"
 DAEMONSETS_PATH = "/apis/apps/v1/daemonsets"
@@ -147,6 +151,7 @@ class Controller:
             node_uid=self.node_uid,
             options=settings.options,
             extra_conditions=self.policy_conditions,
+            plugin_values=self.plugin_node_values,
             rollout=RolloutDriver(
                 api,
                 self.events,
@@ -182,7 +187,7 @@ class Controller:
             "vgpu-watch-pods": self.pods.run(),
             # No pass before both listings are in: with the policies not yet known, every
             # owned node would look like a node of a deleted policy, and be cleaned.
-            "vgpu-reconciler": after(self.wait_synced(), self.reconciler.run()),
+            "vgpu-reconciler": after(self.wait_reconcile_sources(), self.reconciler.run()),
         }
         if self.volcano is not None:
             tasks["vgpu-watch-daemonsets"] = self.daemonsets.run()
@@ -209,6 +214,32 @@ class Controller:
         """Until both watches have delivered their first listing: what they hold is the cluster."""
         await self.nodes.synced.wait()
         await self.policies.synced.wait()
+
+    async def wait_reconcile_sources(self) -> None:
+        """`wait_synced`, and the DaemonSets when they are watched: the plugin's version and
+        flags decide which policies are refused (`core.rules.plugin_refusal`). A DaemonSet
+        listing that does not come (RBAC, an apiserver error) must not stop the node writes:
+        after `DAEMONSETS_WAIT` seconds the passes start without it (nothing is refused then;
+        a change the plugin cannot apply fails its first node, `core.rollout_plugin`)."""
+        await self.wait_synced()
+        if self.volcano is not None and not await wait_set(self.daemonsets.synced, DAEMONSETS_WAIT):
+            log.warning(
+                "no DaemonSet listing after %.0fs: reconciling nodes without the plugin's "
+                "version (no policy is refused for it until the listing comes)",
+                DAEMONSETS_WAIT,
+            )
+
+    def plugin_daemonset(self) -> Obj | None:
+        """The configured vGPU plugin DaemonSet, from the watch (None: not there, not watched)."""
+        ref = self.settings.config.device_plugin
+        for ds in self.daemonsets.items.values():
+            meta = ds.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == (ref.namespace, ref.name):
+                return ds
+        return None
+
+    def plugin_node_values(self) -> PluginNodeValues | None:
+        return plugin_node_values(self.plugin_daemonset(), self.settings.config)
 
     async def wait_sources(self) -> None:
         """Until the pod index and the DaemonSet informer have their first listing."""
@@ -325,6 +356,13 @@ class Controller:
             change.item
         ):
             self.request_configuration_pass()
+        ref = self.settings.config.device_plugin
+        if named == (ref.namespace, ref.name):  # which policies are refused may change
+            config = self.settings.config
+            gone = change.type == DELETED
+            before = plugin_node_values(change.previous, config) if change.previous else None
+            if before != (None if gone else plugin_node_values(change.item, config)):
+                self.reconciler.request_full()
 
     async def policy_event(self, change: Change[PolicyEntry]) -> None:
         name = change.name

@@ -21,7 +21,7 @@ from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodestate import ClusterPlan
 from vgpu_operator.core.rollout import parse_rollout
 from vgpu_operator.core.status import compute_status, status_patch
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.validate import REFUSED_REASON, ParsedPolicy
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
 
 log = logging.getLogger("vgpu_operator.reconciler")
@@ -51,6 +51,8 @@ class PolicyWrites:
     observer: Observer | None
     node_backoff: Backoff[str]
     _written_status: dict[str, dict[str, Any]]
+    _refused_posted: set[tuple[str, str]]
+    post_event: Callable[[Mapping[str, Any], str, str, str], None]
 
     def _retry_soon(self) -> None:
         raise NotImplementedError
@@ -90,7 +92,8 @@ class PolicyWrites:
                 extra = self.extra_conditions(name, owned)
             if self.observer is not None:
                 extra = {**(extra or {}), OBSERVED: self.observer.condition(name)}
-            new = compute_status(entry.parsed, cluster, nodes, old, now, extra, failures)
+            parsed = cluster.policies.get(name, entry.parsed)  # with a refusal, if any
+            new = compute_status(parsed, cluster, nodes, old, now, extra, failures)
             conditions[name] = {c.type: c.status for c in new.conditions}
             body = status_patch(old, new)
             if body is None:
@@ -109,6 +112,27 @@ class PolicyWrites:
 
     def forget_policy(self, name: str) -> None:
         self._written_status.pop(name, None)
+
+    # -- refusals ---------------------------------------------------------------------------
+    def _warn_refused(
+        self, parsed: Iterable[ParsedPolicy], policies: Mapping[str, PolicyEntry]
+    ) -> None:
+        """One Warning Event per refused policy and refusal (`core.rules.plugin_refusal`), and
+        the log; again only after the refusal went away and came back."""
+        now: set[tuple[str, str]] = set()
+        for p in parsed:
+            entry = policies.get(p.name)
+            if not p.refused or entry is None:
+                continue
+            text = "; ".join(x.describe() for x in p.refused)
+            now.add((p.name, text))
+            if (p.name, text) in self._refused_posted:
+                continue
+            log.warning("policy %s refused: %s", p.name, text)
+            ref = kubeapi.object_ref(contract.POLICY_KIND, p.name, uid=entry.uid)
+            self.post_event(ref, "Warning", REFUSED_REASON, text)
+        self._refused_posted.clear()
+        self._refused_posted.update(now)
 
     # -- finalizers -------------------------------------------------------------------------
     async def _release_finalizers(

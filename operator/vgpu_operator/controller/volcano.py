@@ -52,6 +52,11 @@ from vgpu_operator.waiting import run_passes, wait_set
 log = logging.getLogger("vgpu_operator.volcano")
 
 HISTORY = 1000  # writes and restarts remembered (for logs, tests and the demo)
+# Findings also logged when they first appear (rule id -> what the log line says it is).
+LOGGED_FINDINGS = {
+    "stranded-pods": "stranded vGPU pod",
+    "plugin-not-hami": "not HAMi's plugin, left alone",
+}
 
 
 @dataclass
@@ -274,11 +279,11 @@ class VolcanoReconciler:
     # -- reporting --------------------------------------------------------------------------
     def _report(self, snapshot: ClusterSnapshot, findings: list[Finding]) -> None:
         metrics.export_findings(finding_counts(findings))
-        stranded = [
-            f for f in findings if f.id == "stranded-pods" and finding_key(f) not in self._posted
+        logged = [
+            f for f in findings if f.id in LOGGED_FINDINGS and finding_key(f) not in self._posted
         ]
-        for f in stranded:  # new ones: after a scheduler restart, the passes that follow find them
-            log.warning("stranded vGPU pod: %s Fix: %s", f.message, f.fix)
+        for f in logged:  # new ones: after a scheduler restart, the passes that follow find them
+            log.warning("%s: %s Fix: %s", LOGGED_FINDINGS[f.id], f.message, f.fix)
         events, self._posted, left = new_finding_events(
             findings, self._posted, self.options.events_per_pass
         )

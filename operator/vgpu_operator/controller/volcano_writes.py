@@ -57,6 +57,7 @@ from vgpu_operator.core.restarts import (
 )
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.rules.placement import Placement, placements
+from vgpu_operator.core.rules.plugin_identity import foreign_vgpu_plugin
 from vgpu_operator.core.rules.snapshot import (
     annotations_of,
     known_after,
@@ -368,7 +369,8 @@ async def _patch_daemonsets(
     settled = _inputs_settled(s, result, restarts, now)
     patches: dict[tuple[str, str], _DaemonSetPatch] = {}
     ref = s.config.device_plugin
-    ds = _daemonset(s, ref.namespace, ref.name)
+    foreign = foreign_vgpu_plugin(s)  # not HAMi's plugin: not patched (rule plugin-not-hami)
+    ds = _daemonset(s, ref.namespace, ref.name) if foreign is None else None
     args = render_plugin_args(ds, s.config) if ds is not None else None
     if ds is not None and args is not None:
         patches[(ref.namespace, ref.name)] = _DaemonSetPatch(
@@ -382,6 +384,8 @@ async def _patch_daemonsets(
         raw = _daemonset(s, p.namespace, p.name)
         if p.patch is None or p.excluded or raw is None or p.adopted:
             continue  # (adopted: already runs exactly there, core.adoption_config)
+        if p.plugin == "hami" and (p.namespace, p.name) == foreign:
+            continue
         key = daemonset_key(p.namespace, p.name)
         due = rollout_due(ledger, key, restarted_at(raw), restarts, now)
         if due is None:

@@ -37,9 +37,11 @@ from vgpu_operator.core.plan_config import ConfigMapChange, WorkloadPatch
 from vgpu_operator.core.pods import gpu_pod_of, gpu_resources, holds_gpu
 from vgpu_operator.core.restarts import RestartSettings, plan_restarts, restart_inputs
 from vgpu_operator.core.rollout import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
+from vgpu_operator.core.rollout_leave import plan_with_leaves
 from vgpu_operator.core.rollout_node import change_kind
 from vgpu_operator.core.rollout_step import NodeStep
 from vgpu_operator.core.rules import ClusterSnapshot, Finding, run_rules
+from vgpu_operator.core.rules.plugin_refusal import refuse_ignored, snapshot_plugin_values
 from vgpu_operator.core.rules.snapshot import annotations_of, meta, name_of, pod_done
 from vgpu_operator.core.status import change_stamp
 from vgpu_operator.core.validate import ParsedPolicy
@@ -156,9 +158,29 @@ def _step_text(step: NodeStep | None) -> str | None:
 
 
 def _node_change(
-    plan: NodePlan, raw: Mapping[str, Any], s: ClusterSnapshot, step: NodeStep | None
+    plan: NodePlan,
+    raw: Mapping[str, Any],
+    s: ClusterSnapshot,
+    step: NodeStep | None,
+    leaving: str | None = None,
 ) -> NodeChange:
+    """`leaving`: the pool the node leaves under the rollout (`core.rollout_leave`): it keeps
+    what its pool gave it until the step releases it, and this pass writes only the step."""
     now = node_facts(raw).config
+    if leaving is not None:
+        return NodeChange(
+            node=plan.node,
+            action=plan.action,
+            old_owner=plan.old_owner,
+            new_owner=None,
+            old_mode=plan.old_mode,
+            new_mode=None,
+            patch=plan.patch,
+            change="disruptive",
+            disruptive=f"leaves the pool of policy {leaving} under running GPU pods (paced)",
+            gpu_pods=_gpu_pods(s, plan.node),
+            step=_step_text(step),
+        )
     wanted = now
     if plan.patch is not None:
         after = node_facts(apply_merge_patch(raw, plan.patch))
@@ -250,23 +272,27 @@ def plan(
     policy it would see: the live ones, with a proposed one added or put in place of its live
     version). The GPU pods and restart inputs are read off `s` as the controller reads them
     (`core.pods.gpu_pod_of`, `core.restarts.restart_inputs`)."""
-    parsed = {p.name: p for p in policies}
+    parsed = {p.name: p for p in refuse_ignored(policies, snapshot_plugin_values(s))}
     notes: list[str] = []
     for p in parsed.values():
         if not p.usable and not p.deleting:
             problems = "; ".join(f"{x.field}: {x.message}" for x in p.problems)
             notes.append(f"policy {p.name} is invalid (its nodes are held): {problems}")
+        elif p.refused:
+            refused = "; ".join(x.describe() for x in p.refused)
+            notes.append(f"policy {p.name}: the change is refused (its nodes are held): {refused}")
     facts = [node_facts(n) for n in s.nodes]
     decision = _decide(s, facts, parsed.values(), now)
-    cluster = plan_cluster(
+    cluster = plan_with_leaves(
         facts,
         parsed.values(),
         require_gpu_evidence=s.config.require_gpu_evidence,
         steps=decision.steps,
+        held=decision.held,
     )
     raw = {name_of(n): n for n in s.nodes}
     changes = [
-        _node_change(plan, raw[name], s, decision.steps.get(name))
+        _node_change(plan, raw[name], s, decision.steps.get(name), decision.held.get(name))
         for name, plan in sorted(cluster.plans.items())
         if plan.patch is not None
         or plan.action in ("blocked", "conflict")

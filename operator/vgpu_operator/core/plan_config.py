@@ -26,6 +26,7 @@ from vgpu_operator.core.render import (
 )
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.rules.placement import placements
+from vgpu_operator.core.rules.plugin_identity import foreign_vgpu_plugin
 from vgpu_operator.core.rules.snapshot import annotations_of, meta, name_of
 from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
@@ -163,8 +164,9 @@ def daemonsets(s: ClusterSnapshot) -> tuple[ClusterSnapshot, list[WorkloadPatch]
     """One PATCH per plugin DaemonSet: its args and its placement (as `enforce` sends it)."""
     specs: dict[tuple[str, str], tuple[Obj, list[str]]] = {}
     ref = s.config.device_plugin
+    foreign = foreign_vgpu_plugin(s)  # not HAMi's plugin: not patched (rule plugin-not-hami)
     for ds in s.daemonsets:
-        if (meta(ds).get("namespace"), name_of(ds)) != (ref.namespace, ref.name):
+        if (meta(ds).get("namespace"), name_of(ds)) != (ref.namespace, ref.name) or foreign:
             continue
         args = render_plugin_args(ds, s.config)
         if args is not None:
@@ -175,6 +177,8 @@ def daemonsets(s: ClusterSnapshot) -> tuple[ClusterSnapshot, list[WorkloadPatch]
     for p in placements(s):
         if p.patch is None or p.excluded or p.adopted:
             continue  # (adopted: already runs exactly there, core.adoption_config)
+        if p.plugin == "hami" and (p.namespace, p.name) == foreign:
+            continue
         spec, what = specs.setdefault((p.namespace, p.name), ({}, []))
         spec.update(p.patch["spec"]["template"]["spec"])
         added = [f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in p.added_tolerations]

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from vgpu_operator import contract
+from vgpu_operator.core.rules.plugin_identity import is_hami_workload
 from vgpu_operator.core.rules.snapshot import (
     ClusterSnapshot,
     annotations_of,
@@ -181,7 +182,7 @@ def restart_inputs(s: ClusterSnapshot) -> RestartInputs:
         v = s.scheduler
         raw = _raw(s.deployments, v)
         scheduler = Workload(v.namespace, v.name, restarted_at(raw), _live_starts(s, v))
-    if s.plugin is not None:
+    if s.plugin is not None and is_hami_workload(s.plugin):  # another plugin reads none of it
         v = s.plugin
         raw = _raw(s.daemonsets, v)
         plugin = Workload(v.namespace, v.name, restarted_at(raw), _live_starts(s, v))

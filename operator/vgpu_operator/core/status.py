@@ -6,7 +6,9 @@ Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the 
 - `Stalled`: True when progress needs a person: an invalid spec (reason `InvalidSpec`, the message
   names the field), nodes with problems (`NodeProblems`: a failed transition (`core.rollout`,
   its reason), a label or taint collision, an agent that failed, or a node whose writes the
-  apiserver keeps refusing), a conflict (`Conflict`);
+  apiserver keeps refusing), a conflict (`Conflict`), or a change the device plugin cannot apply
+  (`PluginIgnoresNodeValues`: the message names the field and the fix; its nodes are held,
+  `core.rules.plugin_refusal`);
 - `Conflict`: present only while some node is selected by this policy and another one of the same
   priority; the message names the nodes and the other policies;
 - conditions computed elsewhere, passed in as `extra_conditions` (e.g. `ConfigConsistent`, from
@@ -35,7 +37,7 @@ from pydantic import ValidationError
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.validate import REFUSED_REASON, ParsedPolicy
 from vgpu_operator.models.policy import (
     MAX_PROBLEM_NODES,
     Condition,
@@ -195,7 +197,8 @@ def compute_status(
     if parsed.deleting:
         return _deleting(parsed, nodes, extra, old_status, now)
 
-    suspended = parsed.policy.spec.suspend
+    suspended = parsed.suspended
+    refused = _clip("; ".join(p.describe() for p in parsed.refused))
     summary = f"{len(ready)}/{len(owned)} nodes ready"
     blocked = [p for p in problems if p.reason != "Conflict"]
     parts = []
@@ -212,14 +215,19 @@ def compute_status(
         conditions["Stalled"] = ("True", reason, _clip(", ".join(parts) + first))
     else:
         if pending:
-            why = "Suspended" if suspended else "Progressing"
+            why = "Progressing"
+            if suspended:
+                why = REFUSED_REASON if parsed.refused else "Suspended"
             conditions["Ready"] = ("False", why, summary)
         elif owned:
             conditions["Ready"] = ("True", "Ready", summary)
         else:
             conditions["Ready"] = ("True", "NoMatchingNodes", "no node matches spec.nodeSelector")
         conditions["Stalled"] = ("False", "NoProblems", "")
-    if suspended:
+    if parsed.refused:  # core.rules.plugin_refusal: the change needs a person
+        conditions["Stalled"] = ("True", REFUSED_REASON, refused)
+        conditions["Reconciling"] = ("False", REFUSED_REASON, "the change is refused: nodes held")
+    elif suspended:
         conditions["Reconciling"] = ("False", "Suspended", "spec.suspend is true: nodes are held")
     elif pending:
         conditions["Reconciling"] = ("True", "Progressing", f"{_count(pending, 'node')} not ready")

@@ -43,6 +43,11 @@ class Problem:
         return f"{text}; fix: {self.fix}" if self.fix else text
 
 
+# The reason of a policy refused because the device plugin cannot apply a field of it
+# (`core.rules.plugin_refusal`): held as if suspended until the field can take effect.
+REFUSED_REASON = "PluginIgnoresNodeValues"
+
+
 @dataclass(frozen=True)
 class ParsedPolicy:
     name: str
@@ -50,6 +55,8 @@ class ParsedPolicy:
     deleting: bool = False
     policy: VGPUNodePolicy | None = None
     problems: tuple[Problem, ...] = ()
+    # Fields the cluster cannot apply (`core.rules.plugin_refusal`): the policy is held.
+    refused: tuple[Problem, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -57,7 +64,8 @@ class ParsedPolicy:
 
     @property
     def suspended(self) -> bool:
-        return self.policy is not None and self.policy.spec.suspend
+        """Its nodes are held: `spec.suspend`, or a refused change."""
+        return self.policy is not None and (self.policy.spec.suspend or bool(self.refused))
 
 
 # ---- spec parsing -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from vgpu_operator.models.volcano_views import Version
 
 EXPECTED_RULES = {
     "scheduler-vgpu-enabled",
+    "plugin-not-hami",
     "scheduler-predicates",
     "scheduler-fatal-combination",
     "scheduler-ascend-hami",

@@ -47,7 +47,8 @@ def test_seed002_plugin_registers_nvidia_com_gpu_the_scheduler_does_not_count() 
             fixable_by_operator=True,
         )
     ]
-    # §2.2's namespace argument: the scheduler reads the same names; the three places agree
+    # with the scheduler's `deviceshare.KnownGeometriesCMNamespace: volcano-system` (the seed's
+    # fix) it reads the same names; the three places agree
     assert findings(seed002(fixed=True), "plugin-resource-name-flags") == []
     # v1.12 takes its names from the ConfigMap: no flags to check
     assert findings(healthy(), "plugin-resource-name-flags") == []
@@ -342,7 +343,8 @@ def test_without_the_node_config_mount_every_node_is_hami_core() -> None:
 
 
 def test_nvidia_device_plugin_still_on_a_vgpu_node() -> None:
-    # Seed 002 §1.2.2: the pod that had to be deleted by hand.
+    # Seed 002 (README): NVIDIA's plugin pod on a node just labelled and tainted for vGPU, which
+    # the manual procedure deletes by hand (`kubectl delete pod nvidia-device-plugin-...`).
     nv = pod(
         "kube-system",
         "nvidia-device-plugin-daemonset-vx6fk",

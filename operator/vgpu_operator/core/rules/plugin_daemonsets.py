@@ -18,6 +18,11 @@ from vgpu_operator.core.rules.placement import (
     untolerated,
 )
 from vgpu_operator.core.rules.plugin import ASCEND_IMAGE_HINT, plugin_ref
+from vgpu_operator.core.rules.plugin_identity import (
+    FOREIGN_PLUGIN_FIX,
+    foreign_images,
+    foreign_vgpu_plugin,
+)
 from vgpu_operator.core.rules.snapshot import (
     ClusterSnapshot,
     Obj,
@@ -116,11 +121,36 @@ def _placement_issues(s: ClusterSnapshot, p: Placement, what: str) -> Iterator[I
         )
 
 
+@rule("plugin-not-hami", "the DaemonSet configured as devicePlugin runs HAMi's vGPU plugin")
+def check_plugin_identity(s: ClusterSnapshot) -> Iterator[Issue]:
+    """Another plugin under that name (volcano-sh/devices' legacy plugin, NVIDIA's) reads none
+    of what the operator renders: the operator patches neither its args nor its placement, nor
+    restarts it (`plugin_identity`)."""
+    view = s.plugin
+    if view is None or foreign_vgpu_plugin(s) is None:
+        return
+    ref = s.config.device_plugin
+    yield error(
+        plugin_ref(s),
+        f"DaemonSet {ref.namespace}/{ref.name}, the operator config's devicePlugin, does not run "
+        f"HAMi's vGPU device plugin (images: {', '.join(foreign_images(view)) or 'none'}): the "
+        "operator leaves it alone (no args, placement or restart), and no vGPU node gets "
+        "HAMi's plugin from it",
+        fix=FOREIGN_PLUGIN_FIX,
+    )
+
+
 @rule("plugin-placement", "the device plugin DaemonSets run exactly on the nodes that need them")
 def check_placement(s: ClusterSnapshot) -> Iterator[Issue]:
     placed = {(p.namespace, p.name): p for p in placements(s)}
+    foreign = foreign_vgpu_plugin(s) is not None  # reported by plugin-not-hami
     targets = [
-        (s.config.device_plugin, s.plugin, s.vgpu_nodes, "vGPU"),
+        (
+            s.config.device_plugin,
+            None if foreign else s.plugin,
+            [] if foreign else s.vgpu_nodes,
+            "vGPU",
+        ),
         (s.config.ascend_device_plugin, s.ascend_plugin, s.plugin_nodes("ascend"), "Ascend"),
     ]
     for ref, view, nodes, what in targets:

@@ -11,7 +11,8 @@ from typing import Any
 
 from vgpu_operator.core.rules import facts
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule, warning
-from vgpu_operator.core.rules.plugin import FLAG_DEFAULTS, plugin_ref
+from vgpu_operator.core.rules.plugin import plugin_ref
+from vgpu_operator.core.rules.plugin_refusal import flag_values
 from vgpu_operator.core.rules.snapshot import ClusterSnapshot, annotations_of, name_of
 from vgpu_operator.models.config_refs import (
     DEFAULT_CORES_NAME,
@@ -32,18 +33,13 @@ def _refs(s: ClusterSnapshot) -> tuple[ObjectRef, ObjectRef]:
 @rule("plugin-node-overrides", "plugin ≤ v1.11: per-node split counts and core scaling agree")
 def check_node_overrides(s: ClusterSnapshot) -> Iterator[Issue]:
     """Up to v1.11 the plugin registers every GPU with its flags' split count and core scaling:
-    a policy's `hamiCore` values reach config.json but change nothing (`facts`)."""
+    a policy's `hamiCore` values reach config.json but change nothing (`facts`). The operator
+    refuses such a change (`plugin_refusal`); this finds nodes released with such values before
+    (by hand, an older operator, or a plugin downgraded since)."""
     c = s.plugin_container
     if c is None or c.version is None or facts.plugin_reads_node_overrides(c.version):
         return
-    flags = c.flags
-    values = {}
-    for flag in ("device-split-count", "device-cores-scaling"):
-        given = flags.get(flag)
-        try:
-            values[flag] = float(given.value) if given and given.value else FLAG_DEFAULTS[flag]
-        except ValueError:
-            values[flag] = FLAG_DEFAULTS[flag]
+    values = flag_values(c)
     ignored: dict[str, tuple[set[str], list[str]]] = {}
     for node in s.vgpu_nodes:
         rc = s.released(node)
