@@ -124,6 +124,25 @@ class SeedCluster:
         """The device plugin DaemonSet, kept to this seed's GPU nodes (`test/pool` and GFD's
         `nvidia.com/gpu.present`: the shared test cluster has other tests' nodes); `simulate`:
         HAMi's plugin process is played by the simulator (it registers each node's GPUs)."""
+        await self.create(workload_path("DaemonSet", self.where.plugin), self._kept(daemonset))
+        if simulate:
+            self.simulate()
+
+    def simulate(self) -> None:
+        """From now on the simulator plays HAMi's plugin process in the plugin DaemonSet's pods."""
+        self.sim = PluginSimulator(self.api, namespace=self.where.plugin, name=PLUGIN).start()
+
+    async def replace_plugin(self, daemonset: dict[str, Any]) -> None:
+        """Another manifest's plugin DaemonSet of the same name applied over the running one (a
+        person's `kubectl apply`: its controller rolls the pods over to the new template)."""
+        path = workload_path("DaemonSet", self.where.plugin, daemonset["metadata"]["name"])
+        body = self._kept(daemonset)
+        live = await kubeapi.request(self.api, "GET", path)
+        body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        await kubeapi.request(self.api, "PUT", path, body=body, field_manager="kubectl")
+
+    def _kept(self, daemonset: dict[str, Any]) -> dict[str, Any]:
+        """`daemonset` kept to this seed's GPU nodes, with the seed's ServiceAccount."""
         daemonset["metadata"]["namespace"] = self.where.plugin
         spec = daemonset["spec"]["template"]["spec"]
         spec["nodeSelector"] = {
@@ -133,9 +152,7 @@ class SeedCluster:
         }
         spec.pop("serviceAccount", None)
         spec["serviceAccountName"] = PLUGIN
-        await self.create(workload_path("DaemonSet", self.where.plugin), daemonset)
-        if simulate:
-            self.sim = PluginSimulator(self.api, namespace=self.where.plugin, name=PLUGIN).start()
+        return daemonset
 
     async def gpu_pod(
         self, node: str, limits: dict[str, str], annotations: dict[str, str] | None = None

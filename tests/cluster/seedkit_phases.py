@@ -3,7 +3,8 @@ local control plane: `observed` (observe mode writes nothing but its policies' s
 Events), `enforced` and `assert_undisturbed` (after enforce: no scheduler or plugin restart, no
 eviction, no label or taint a person set changed, no ConfigMap whose content differs for what
 reads it), `rolls` (a deliberate change passes through the nodes' `vgpu.volcano.sh/rollout`
-phases, at most `maxUnavailable` at a time). The seeds themselves: tests/cluster/seedkit.py."""
+phases, at most `maxUnavailable` at a time, counted from a watch). The seeds themselves:
+tests/cluster/seedkit.py."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.kubeapi import policy_path
+from vgpu_operator.kubeapi import Listing, WatchOptions, list_watch, policy_path
 from vgpu_operator.models.volcano import parse_node_config
 
 ASCEND_NODE_KEY = "node-config.yaml"  # hami-device-node-config
@@ -247,11 +248,33 @@ def assert_own_marks_only(node: Mapping[str, Any]) -> None:
 
 @dataclass
 class Rollout:
-    """What the nodes showed while a change rolled (one LIST per sample)."""
+    """What the nodes showed while a change rolled: every committed state, from a WATCH (the
+    apiserver sends each change in resourceVersion order, none skipped), so `most` is exact:
+    polling could miss a moment when one node's start landed before another's end."""
 
+    nodes: list[str] = field(default_factory=list)  # the nodes watched
     most: int = 0  # nodes in transition at once (a rollout record, or cordoned)
     phases: dict[str, list[str]] = field(default_factory=dict)
     cordoned: set[str] = field(default_factory=set)
+    busy: set[str] = field(default_factory=set)  # in transition now
+
+    def see(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        name = obj["metadata"]["name"]
+        if name not in self.nodes:
+            return
+        node = dict(obj)
+        r = None if deleted else rollout_of(node)
+        if r is not None or (not deleted and cordoned(node)):
+            self.busy.add(name)
+        else:
+            self.busy.discard(name)
+        if not deleted and cordoned(node):
+            self.cordoned.add(name)
+        if r is not None:
+            phases = self.phases.setdefault(name, [])
+            if not phases or phases[-1] != r.phase:
+                phases.append(r.phase)
+        self.most = max(self.most, len(self.busy))
 
 
 async def rolls(
@@ -264,42 +287,29 @@ async def rolls(
     settle: bool = True,
     timeout: float = 150,
 ) -> Rollout:
-    """Make `change`, sample the nodes every 0.2 s until `done` (and, with `settle`, no node is
-    in transition any more)."""
-    seen = Rollout()
-
-    async def sample() -> bool:
-        listed = await kubeapi.request(
-            api, "GET", kubeapi.node_path(), query={"labelSelector": f"test/pool={env.pool}"}
-        )
-        busy = 0
-        for obj in listed.get("items") or []:
-            name = obj["metadata"]["name"]
-            if name not in nodes:
-                continue
-            r = rollout_of(obj)
-            if r is not None or cordoned(obj):
-                busy += 1
-            if cordoned(obj):
-                seen.cordoned.add(name)
-            if r is not None:
-                phases = seen.phases.setdefault(name, [])
-                if not phases or phases[-1] != r.phase:
-                    phases.append(r.phase)
-        seen.most = max(seen.most, busy)
-        return busy == 0
+    """Make `change` and watch the nodes until `done` (and, with `settle`, no node is in
+    transition any more)."""
+    seen = Rollout(nodes=list(nodes))
+    listed = asyncio.Event()
+    options = WatchOptions(label_selector=f"test/pool={env.pool}", kind="seed-nodes")
 
     async def loop() -> None:
-        while True:
-            await sample()
-            await asyncio.sleep(0.2)
+        async for update in list_watch(api, kubeapi.node_path(), options):
+            if isinstance(update, Listing):
+                seen.busy.clear()
+                for obj in update.items:
+                    seen.see(obj)
+                listed.set()
+            else:
+                seen.see(update.obj, deleted=update.type == "DELETED")
 
     task = asyncio.create_task(loop())
     try:
+        await asyncio.wait_for(listed.wait(), timeout=30)
         await change()
 
         async def finished() -> bool:
-            return await done() and (await sample() or not settle)
+            return await done() and (not settle or not seen.busy)
 
         await eventually(finished, timeout=timeout, interval=0.5)
     finally:

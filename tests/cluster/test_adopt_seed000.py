@@ -3,7 +3,9 @@ hand-configured cluster", seed 000): `deviceshare.VGPUEnable: true` in
 volcano-system/volcano-scheduler-configmap, HAMi's upstream plugin manifest in kube-system with
 its default names, GPU nodes neither labelled nor tainted, pods asking `volcano.sh/vgpu-number`
 and `-memory` running. Observe with the guide's policy, then enforce: nothing restarted, evicted,
-relabelled, and no ConfigMap reads differently for its consumer."""
+relabelled, and no ConfigMap reads differently for its consumer. Then one deliberate change: the
+split count, which HAMi's v1.12.0 plugin reads per node from `config.json`, rolls one node at a
+time (a plugin-only change: no cordon, no drain, the GPU pods run on)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory
+from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, patch_spec
 from tests.cluster.seedkit import (
     DEVICE_CM,
     DEVICE_KEY,
@@ -27,13 +29,17 @@ from tests.cluster.seedkit_phases import (
     assert_own_marks_only,
     assert_undisturbed,
     enforced,
+    node_config_reading,
     observed,
     planned,
+    plugin_pods_created,
+    rolls,
     without_entry,
 )
 from tests.cluster.volcano_env import text
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
 pytestmark = pytest.mark.cluster
 
@@ -48,6 +54,10 @@ SEED000_POLICY = {
     "nodeTaints": [],  # and taints nothing: untolerating pods would stay off the nodes
 }
 VGPU_POD = {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "3000"}
+# The deliberate change (README, seed 000): 4 vGPUs per card instead of the device config's 10,
+# one node at a time. The v1.12.0 plugin reads `devicesplitcount` from the node's config.json
+# entry (a plugin <= v1.11 reads only its flag: seed 002's guide).
+SPLIT_CHANGE = {"hamiCore": {"deviceSplitCount": 4}, "rollout": {"maxUnavailable": 1}}
 
 
 async def build_seed000(env: SeedCluster, gpu_nodes: int = 2) -> None:
@@ -126,4 +136,57 @@ async def test_seed000_observe_then_enforce_disturbs_nothing(
         node = await kubeapi.request(api, "GET", kubeapi.node_path(name))
         assert_own_marks_only(node)
         assert "volcano.sh/vgpu.enabled" not in node["metadata"]["labels"]
+
+    # a deliberate change: `plan -f` first (README step 4), then the split count rolls
+    plan = await planned(
+        kubeconfig,
+        SEED000_CONFIG.format(mode="enforce"),
+        policy,
+        tmp_path,
+        {**spec, **SPLIT_CHANGE},
+    )
+    # each node a `restart` change (its plugin pod replaced, no drain), nothing disruptive, no
+    # workload patched, no restart but those plugin pods, one node released now
+    assert {n["node"]: n["change"] for n in plan["nodes"]} == dict.fromkeys(env.nodes, "restart")
+    assert [n["node"] for n in plan["nodes"] if n["disruptive"]] == [], plan["nodes"]
+    assert plan["workloads"] == [], plan["workloads"]
+    restarted = sorted(r.split(" ")[0] for r in plan["restarts"])
+    assert restarted == sorted(f"plugin-pod/{n}" for n in env.nodes), plan["restarts"]
+    assert [len(w["nodes"]) for w in plan["rollout"] if w["now"]] == [1], plan["rollout"]
+    offset = local.audit_offset()
+    plugin_before = await env.plugin_pods()
+
+    async def registered_4() -> bool:
+        for name in env.nodes:
+            obj = await kubeapi.request(api, "GET", kubeapi.node_path(name))
+            raw = (obj["metadata"].get("annotations") or {}).get(REGISTER_ANNOTATION, "")
+            if {g.count for g in parse_register(raw)} != {4}:
+                return False
+        return True
+
+    seen = await rolls(
+        api, env, env.nodes, lambda: patch_spec(api, policy, SPLIT_CHANGE), registered_4
+    )
+    # one node at a time, each through Verifying only (released, its plugin pod replaced, the
+    # new registration checked): no cordon, no drain
+    assert seen.most == 1 and not seen.cordoned, seen
+    assert set(seen.phases) == set(env.nodes), seen.phases
+    assert all(p == ["Verifying"] for p in seen.phases.values()), seen.phases
+    after = await env.before()
+    assert all(after.plugin[n] != plugin_before[n] for n in env.nodes)
+    assert plugin_pods_created(local, offset, env) == len(env.nodes)  # each once
+    # nothing else moved: the GPU pods run on (no eviction), the scheduler was not restarted,
+    # the device config is as the manifest wrote it; only the node config's entries say 4
+    events = [e for e in local.audit_events(offset=offset) if e["responseStatus"]["code"] < 300]
+    assert [e for e in events if e["objectRef"].get("subresource") == "eviction"] == []
+    assert after.gpu_pods == before.gpu_pods
+    assert after.scheduler == before.scheduler
+    assert (
+        after.configmaps[f"kube-system/{DEVICE_CM}"]
+        == before.configmaps[f"kube-system/{DEVICE_CM}"]
+    )
+    reads = node_config_reading(
+        after.configmaps[f"kube-system/{NODE_CM}"][NODE_KEY], env.nodes, without_entry(10)
+    )
+    assert {r[1] for r in reads.values()} == {4}, reads
     op.stop()

@@ -8,12 +8,16 @@ deviceshare with `VGPUEnable` and `AscendHAMiVNPUEnable`, reading the merged dev
 The merge done (`vnpus:` copied into the device config the scheduler reads, which HAMi's vGPU
 plugin reads by its built-in name too), observe with the guide's operator config and policies
 says enforce would restart nothing; enforce then restarts, evicts and relabels nothing, runs no
-MIG command, and the Ascend nodes' hand-set `ascend=on` is adopted without a write. Then one
-deliberate change, the MIG pool to hami-core, rolls through the node's transition phases."""
+MIG command, and the Ascend nodes' hand-set `ascend=on` is adopted without a write. The Ascend
+part of the device config is left alone throughout (observe, plan, enforce and the change):
+`hami-scheduler-device` byte for byte as HAMi's manifest applied it, never written, and the
+`vnpus:` merged into the device config as Volcano reads it. Then one deliberate change, the MIG
+pool to hami-core, rolls through the node's transition phases."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,12 +26,14 @@ from kubernetes_asyncio import client
 from tests.cluster.agentkit import Agents, GpuNode, agent_kubeconfig_path, agents, state_of
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, patch_spec
 from tests.cluster.rolloutkit import config_of, cordoned
-from tests.cluster.seedkit import DEVICE_KEY, PLUGIN, SeedCluster, seed_cluster
+from tests.cluster.seedkit import DEVICE_CM, DEVICE_KEY, PLUGIN, SeedCluster, seed_cluster
 from tests.cluster.seedkit_phases import (
+    assert_nothing_disruptive,
     assert_own_marks_only,
     assert_undisturbed,
     enforced,
     observed,
+    planned,
     plugin_pods_created,
     rolls,
     without_entry,
@@ -38,7 +44,7 @@ from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_devcluster.upstream import ascend_documents
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.snapshot import workload_path
+from vgpu_operator.controller.snapshot import configmap_path, workload_path
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
@@ -71,6 +77,29 @@ ascendNodeConfig: {{namespace: kube-system, name: hami-device-node-config, key: 
 """
 ASCEND_POLICY = {"mode": "ascend-vnpu"}
 ASCEND_PODS = "app.kubernetes.io/component=hami-ascend-device-plugin"
+ASCEND_DEVICE_CM = "hami-scheduler-device"  # HAMi's Ascend plugin reads it (ascend-config)
+
+
+async def ascend_device_part(env: SeedCluster) -> tuple[dict[str, str], Any]:
+    """The Ascend part of the device config: `hami-scheduler-device`'s data as it stands, and
+    the `vnpus:` merged into the device config as Volcano's deviceshare parses it."""
+    ns = env.where.plugin
+    own = await kubeapi.request(env.api, "GET", configmap_path(ns, ASCEND_DEVICE_CM))
+    merged = await kubeapi.request(env.api, "GET", configmap_path(ns, DEVICE_CM))
+    vnpus = (yaml.safe_load(merged["data"][DEVICE_KEY]) or {}).get("vnpus")
+    return dict(own.get("data") or {}), vnpus
+
+
+def writes_to(local: Any, offset: int, name: str) -> list[tuple[str, str]]:
+    """The operator's successful writes to the ConfigMap `name` since `offset`."""
+    return [
+        (e["verb"], e["objectRef"].get("namespace", ""))
+        for e in local.audit_events(user=OPERATOR_USER, offset=offset)
+        if e["objectRef"]["resource"] == "configmaps"
+        and e["objectRef"].get("name") == name
+        and e["verb"] not in ("get", "list", "watch")
+        and e["responseStatus"]["code"] < 300
+    ]
 
 
 async def build_ascend(env: SeedCluster) -> list[str]:
@@ -104,6 +133,7 @@ async def test_seed004_observe_then_enforce_disturbs_nothing(
     policies: PolicyFactory,
     agents: Agents,
     tmp_path: Path,
+    kubeconfig: Path,
 ) -> None:
     local = cluster.require_audit()
     env = seed_cluster
@@ -129,6 +159,10 @@ async def test_seed004_observe_then_enforce_disturbs_nothing(
 
     await eventually(ascend_plugin_runs, timeout=60, interval=0.3)
     before = await env.before()
+    ascend_before = await ascend_device_part(env)
+    [applied] = [d for d in ascend_documents() if d["metadata"]["name"] == ASCEND_DEVICE_CM]
+    assert ascend_before[0] == applied["data"] and ascend_before[1], ascend_before
+    start_offset = local.audit_offset()
 
     def selector(**labels: str) -> dict[str, object]:
         return {"matchLabels": {**labels, "test/pool": env.pool}}
@@ -154,6 +188,10 @@ async def test_seed004_observe_then_enforce_disturbs_nothing(
     ascend_said = said[names[2]]
     assert "enforce would write 1 node(s) (0 refused)" in ascend_said, ascend_said
     assert "label ascend=" not in ascend_said, ascend_said  # ascend=on adopted: not written
+    assert ASCEND_DEVICE_CM not in " ".join(said.values()), said
+    plan = await planned(kubeconfig, SEED004_CONFIG.format(mode="enforce"), names[2], tmp_path)
+    assert_nothing_disruptive(plan)
+    assert ASCEND_DEVICE_CM not in {c["name"] for c in plan["configMaps"]}, plan["configMaps"]
 
     offset = local.audit_offset()
     logged = {n: len(f.log()) for n, f in gpus.items()}
@@ -184,6 +222,7 @@ async def test_seed004_observe_then_enforce_disturbs_nothing(
         ascend_nodes=ascend,
     )
     assert await env.pods("kube-system", ASCEND_PODS) == ascend_plugin
+    assert await ascend_device_part(env) == ascend_before
     node = await kubeapi.request(api, "GET", kubeapi.node_path(ascend[0]))
     assert node["metadata"]["labels"]["ascend"] == "on"
     assert_own_marks_only(node)
@@ -233,4 +272,7 @@ async def test_seed004_observe_then_enforce_disturbs_nothing(
     ds = await kubeapi.request(api, "GET", workload_path("DaemonSet", "kube-system", PLUGIN))
     selector = ds["spec"]["template"]["spec"]["nodeSelector"]
     assert selector[contract.LABEL_DEVICE_PLUGIN] == "hami", selector
+    # the Ascend part is as the seed left it, and was never written
+    assert await ascend_device_part(env) == ascend_before
+    assert writes_to(local, start_offset, ASCEND_DEVICE_CM) == []
     op.stop()
