@@ -16,8 +16,10 @@ why and how long); each phase has a deadline and says, past it, what it was wait
 SIGTERM, Ctrl-C or a deadline leave no process and no temporary directory behind.
 
 Which run comes second matters: it follows N nodes created and deleted, which the controller
-manager and etcd are still digesting. The floor runs first by default; `--both-orders` also runs
-each N with the operator first (a row each, the `first` column says which).
+manager and etcd may still be digesting. So each run's clock starts only once the whole machine
+has been quiet (under half a core) for 3 s, or after a bounded wait (the log says which). The
+floor runs first by default; `--both-orders` also runs each N with the operator first (a row
+each, the `first` column says which).
 
 Usage: python bench/convergence.py [--both-orders] [N ...]   (default: 500 1000)
 """
@@ -108,6 +110,29 @@ async def idle(pid: int, progress: Progress, busy: float = 0.05, quiet: int = 2)
         calm = calm + 1 if now - last < busy else 0
         progress(f"the operator to go idle (it used {now - last:.2f} CPU s in the last second)")
         last = now
+
+
+async def quiet_machine(n: int, busy: float = 0.5, quiet: int = 3) -> None:
+    """Until the whole machine uses under `busy` of a core for `quiet` seconds in a row, at
+    most `quiet_deadline(n)` (then the run starts anyway, and says so): creating and deleting
+    N nodes leaves the controller manager, etcd and kwok busy for a while, and a run started
+    meanwhile measures their backlog, not the writer (at 5,000 nodes the second run's pool
+    took three times as long to create as the first's)."""
+    deadline = quiet_deadline(n)
+    began, calm, last = time.monotonic(), 0, machine_cpu_seconds()
+    while calm < quiet:
+        await asyncio.sleep(1)
+        now = machine_cpu_seconds()
+        used, last = now - last, now
+        calm = calm + 1 if used < busy else 0
+        if time.monotonic() - began > deadline:
+            log(f"the machine is not quiet after {deadline:.0f}s ({used:.2f} CPU s/s): starting")
+            return
+    log(f"machine quiet after {time.monotonic() - began:.1f}s")
+
+
+def quiet_deadline(n: int) -> float:
+    return 60 + n * 0.03
 
 
 async def pool_nodes(api: Any, pool: str) -> list[dict[str, Any]]:
@@ -464,6 +489,7 @@ async def floor_run(api: Any, cluster: LocalCluster, n: int) -> Run:
     pool, names = await make_pool(api, "floor", n)
     facts = [node_facts(x) for x in await pool_nodes(api, pool)]
     plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
+    await quiet_machine(n)
     offset = cluster.audit_offset()
     cpu0, machine0 = cpu_seconds(apiserver), machine_cpu_seconds()
     seconds, began = await phase(
@@ -492,6 +518,7 @@ async def operator_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int
         # Its first configuration pass, the rules and the pod listing may still be running
         # after the first node pass: the clock starts once the operator is idle.
         await phase(f"operator idle over {n} nodes", 120, lambda p: idle(operator.proc.pid, p))
+        await quiet_machine(n)
         offset = cluster.audit_offset()
         profiler = profile(operator.proc.pid, n)
         cpu0, op0 = cpu_seconds(apiserver), tree_cpu_seconds(operator.proc.pid)
