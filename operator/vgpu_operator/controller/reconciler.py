@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller import metrics
+from vgpu_operator.controller.node_writes import NodeWrites, node_write_backoff
 from vgpu_operator.controller.observe import Observer
 from vgpu_operator.controller.policy_writes import (
     ExtraConditions,
@@ -34,7 +35,7 @@ from vgpu_operator.controller.rollout import RolloutDriver
 from vgpu_operator.core.adoption import OnDelete, with_on_delete_default
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.events import node_events, policy_event
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
+from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.rollout_leave import plan_with_leaves
 from vgpu_operator.core.rollout_step import NodeStep
@@ -45,7 +46,7 @@ from vgpu_operator.waiting import run_passes
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
-__all__ = ["PolicyEntry", "Reconciler", "ReconcilerOptions", "failure_message"]
+__all__ = ["PolicyEntry", "Reconciler", "ReconcilerOptions"]
 
 # Posts an Event: (the object's reference, type, reason, message); kubeapi.events.EventPoster.
 EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
@@ -75,21 +76,14 @@ class ReconcilerOptions:
         )
 
 
-def node_write_backoff() -> Backoff[str]:
-    """A refused node write: retried after about 1 s, then twice as long each time, at most
-    5 minutes (+ up to 20% jitter), never before the apiserver's Retry-After."""
-    return Backoff(initial=1.0, cap=300.0, factor=2.0, jitter=0.2)
-
-
 PLAN_CHUNK = 200  # nodes planned at a time while the writes go on (`Reconciler._plan_in_chunks`)
-BACKOFF_SLACK = 0.01  # the wake-up comes this much after the due time (never just before it)
 
 Snapshot = Callable[[], tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]]
 NodeUid = Callable[[str], str]
 
 
 @dataclass
-class Reconciler(PolicyWrites):
+class Reconciler(NodeWrites, PolicyWrites):
     api: client.ApiClient
     snapshot: Snapshot
     post_event: EventPoster
@@ -133,6 +127,14 @@ class Reconciler(PolicyWrites):
             self.rollout = None
             if self.observer is None:
                 self.observer = Observer(self.post_event, self.node_uid, self.options.on_delete)
+
+    @property
+    def conflict_retries(self) -> int:
+        return self.options.conflict_retries
+
+    @property
+    def concurrency(self) -> int:
+        return self.options.concurrency
 
     @property
     def writing(self) -> bool:
@@ -277,145 +279,6 @@ class Reconciler(PolicyWrites):
         fresh = self._fresh.get(name)
         return fresh is not None and fresh.resource_version == facts.resource_version
 
-    # -- nodes ------------------------------------------------------------------------------
-    async def _write_nodes(
-        self,
-        plans: Iterator[NodePlan],
-        parsed: list[ParsedPolicy],
-        nodes: dict[str, NodeFacts],
-    ) -> dict[str, NodePlan]:
-        """PATCH every node whose plan has one, as `plans` yields them; returns the plans
-        that were written.
-
-        A 409 reads the node again and plans it again (`conflict_retries` times). A write that
-        fails otherwise (422 from validation or an admission policy, 403, 429, 5xx, a timeout)
-        puts the node in `node_backoff`: no pass writes it again before its backoff allows
-        (exponential per node, never before the apiserver's Retry-After), the other nodes go on,
-        and one timer wakes the reconciler for the earliest node due. The policy status names
-        the failing nodes with the apiserver's message (`_write_statuses`)."""
-        if self.observer is not None:
-            return {}  # mode: observe writes no node (controller.observe reports them)
-        written: dict[str, NodePlan] = {}
-        backoff = self.node_backoff
-        backoff.retain(lambda name: name in nodes)  # deleted nodes
-        now = self.clock()
-
-        async def write(plan: NodePlan) -> None:
-            for _attempt in range(self.options.conflict_retries + 1):
-                if plan.patch is None:
-                    backoff.forget(plan.node)
-                    return
-                try:
-                    obj = await kubeapi.request(
-                        self.api,
-                        "PATCH",
-                        kubeapi.node_path(plan.node),
-                        body=plan.patch,
-                        content_type=kubeapi.MERGE_PATCH,
-                        accept=kubeapi.METADATA_ONLY,
-                    )
-                except kubeapi.Conflict:
-                    metrics.NODE_WRITES.labels(outcome="conflict").inc()
-                    try:
-                        fresh = await kubeapi.request(self.api, "GET", kubeapi.node_path(plan.node))
-                    except kubeapi.NotFound:
-                        self._node_gone(plan.node, nodes)
-                        return
-                    nodes[plan.node] = node_facts(fresh)
-                    plan = self._plan([nodes[plan.node]], parsed).plans[plan.node]
-                    continue
-                except kubeapi.NotFound:
-                    self._node_gone(plan.node, nodes)
-                    return
-                metrics.NODE_WRITES.labels(outcome="ok").inc()
-                facts = node_facts(_written(obj, plan.patch or {}, nodes.get(plan.node)))
-                nodes[plan.node] = facts
-                self._fresh[plan.node] = facts
-                written[plan.node] = plan
-                if backoff.succeeded(plan.node):
-                    log.info("node %s: written again after failed attempts", plan.node)
-                return
-            log.warning("node %s kept changing under us; will retry", plan.node)
-            self.request_nodes([plan.node])
-
-        def writable() -> Iterator[NodePlan]:
-            for plan in plans:
-                if plan.patch is None:
-                    backoff.forget(plan.node)  # nothing to write any more (or a problem)
-                elif backoff.ready(plan.node, now):
-                    yield plan
-
-        # A fixed set of workers over one iterator: bounded concurrency without a thousand
-        # tasks waiting on a semaphore (whose wake-ups cost more than the writes' own
-        # bookkeeping). Nodes backing off are left out: their timer brings them back when due.
-        todo = writable()
-
-        async def worker() -> None:
-            for plan in todo:
-                try:
-                    await write(plan)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    self._write_failed(plan.node, exc)
-
-        self.writing = True
-        try:
-            await asyncio.gather(*(worker() for _ in range(self.options.concurrency)))
-        finally:
-            self.writing = False
-            self._schedule_backoff_wake()
-        return written
-
-    def _node_gone(self, name: str, nodes: dict[str, NodeFacts]) -> None:
-        nodes.pop(name, None)
-        self.node_backoff.forget(name)
-
-    def _write_failed(self, name: str, exc: Exception) -> None:
-        """A node write failed with anything but 404/409: back off that node."""
-        metrics.NODE_WRITES.labels(outcome="error").inc()
-        retry_after = (
-            exc.retry_after
-            if isinstance(exc, kubeapi.TooManyRequests | kubeapi.ServerError)
-            else None
-        )
-        message = failure_message(exc)
-        now = self.clock()
-        at = self.node_backoff.failed(name, now, retry_after=retry_after, message=message)
-        failure = self.node_backoff.get(name)
-        attempts = failure.attempts if failure is not None else 1
-        log.warning(
-            "node %s: write failed (%s); next attempt in %.1fs (%d failures in a row)",
-            name,
-            message,
-            at - now,
-            attempts,
-        )
-
-    def _schedule_backoff_wake(self) -> None:
-        """One timer, at the earliest time a backing-off node may be written again."""
-        due = self.node_backoff.due()
-        timer = self._backoff_timer
-        if timer is not None and due is not None and self._backoff_timer_at <= due:
-            return  # an earlier (or the same) wake-up is already set
-        if timer is not None:
-            timer.cancel()
-            self._backoff_timer = None
-        if due is None:
-            return
-        delay = max(0.0, due - self.clock()) + BACKOFF_SLACK
-        self._backoff_timer_at = due
-        self._backoff_timer = asyncio.get_running_loop().call_later(delay, self._backoff_due)
-
-    def _backoff_due(self) -> None:
-        """The timer: a pass for the nodes now due (it sets the next timer after its writes)."""
-        self._backoff_timer = None
-        due = self.node_backoff.due_keys(self.clock())
-        if due:
-            self.request_nodes(due)
-        else:  # those nodes were forgotten meanwhile: wait for the next one
-            self._schedule_backoff_wake()
-
     # -- events -----------------------------------------------------------------------------
     def _emit_events(
         self,
@@ -441,37 +304,6 @@ class Reconciler(PolicyWrites):
                 self._reported.add((spec.name, spec.reason))
         current = {(p.node, pr.reason) for p in problems for pr in p.problems}
         self._reported &= current  # a problem that went away may be reported again later
-
-
-def failure_message(exc: BaseException) -> str:
-    """A failed write as the status and the logs show it: the HTTP status and the apiserver's
-    own message (what kubectl prints), or what went wrong when there was no answer."""
-    if isinstance(exc, kubeapi.Unreachable):
-        return f"no answer from the apiserver: {exc.message}"
-    if isinstance(exc, kubeapi.ApiError):
-        return f"{exc.status} {exc.message}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _written(
-    response: Mapping[str, Any], patch: Mapping[str, Any], before: NodeFacts | None
-) -> dict[str, Any]:
-    """The Node after a write, from a metadata-only response: its taints are the patch's when
-    it set them, else the ones it had (the PATCH carried the resourceVersion they were read
-    at, so nobody changed them in between), and its device capacity the one it had (a label
-    write does not change it). A full Node response is taken as it is."""
-    if "spec" in response:
-        return dict(response)
-    spec = patch.get("spec") or {}
-    kept = [dict(t) for t in (before.taints if before else ())]
-    taints = spec.get("taints", kept)
-    capacity = dict(before.capacity) if before else {}
-    cordon = spec.get("unschedulable", before.unschedulable if before else False)
-    return {
-        "metadata": response.get("metadata") or {},
-        "spec": {"taints": taints, "unschedulable": cordon},
-        "status": {"capacity": capacity},
-    }
 
 
 def _newer_or_same(seen: str, ours: str) -> bool:

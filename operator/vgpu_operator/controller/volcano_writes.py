@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.reconciler import failure_message
+from vgpu_operator.controller.node_writes import failure_message
 from vgpu_operator.controller.snapshot import configmap_path, pod_path, workload_path
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.render import (

@@ -18,7 +18,7 @@ from tests.unit.volcano.volcano_fixtures import T_CHANGED, T_CREATED, T_STARTED,
 from vgpu_operator import contract
 from vgpu_operator.controller.app import Controller, Settings
 from vgpu_operator.controller.handlers import Runtime, build_registry, check_registry
-from vgpu_operator.controller.reconciler import _written
+from vgpu_operator.controller.node_writes import _written
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.controller.volcano_writes import (
     installed,
