@@ -2,6 +2,10 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from vgpu_operator import lazy_client
+
+lazy_client.install()  # before Kopf or any module here imports kubernetes_asyncio
+
 try:
     __version__ = version("vgpu-operator")
 except PackageNotFoundError:  # running from a source tree that is not installed
