@@ -19,6 +19,7 @@ passes, so only the first pass and the one after a kill pay for its start.
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import logging
 import os
@@ -63,6 +64,10 @@ def _worker_main(conn: Any, modules: Sequence[str]) -> None:
         conn.send(("rules", [(r.id, r.title) for r in chosen]))
         for r in chosen:
             conn.send((r.id, base.run_rules(snapshot, only=[r.id]).findings))
+        # Between passes the worker holds nothing: a snapshot of 5,000 nodes and their GPU pods
+        # is about 20 MiB, freed here rather than when the next one arrives.
+        del snapshot, chosen
+        gc.collect()
 
 
 class _Duplex:
