@@ -126,8 +126,15 @@ class Controller:
             api, "policies", kubeapi.policy_path(), policy_entry, self.policy_event
         )
         self.pods = PodIndex(api, gpu_resources(settings.config), self.pod_event)
+        # Held by namespace/name: the plugin is found by both, and a same-named DaemonSet in
+        # another namespace must not replace it.
         self.daemonsets: Informer[Obj] = Informer(
-            api, "daemonsets", DAEMONSETS_PATH, compact_daemonset, self.daemonset_event
+            api,
+            "daemonsets",
+            DAEMONSETS_PATH,
+            compact_daemonset,
+            self.daemonset_event,
+            key=_namespaced_name,
         )
         # The configured ConfigMaps and the scheduler Deployment, each watched by name (the
         # chart's Roles grant only these names): any event asks for a configuration pass.

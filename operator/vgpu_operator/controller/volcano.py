@@ -4,10 +4,11 @@ consistent with the policies and the operator config, and says what is not.
 One task, woken by watches (the configured ConfigMaps, DaemonSets and the scheduler Deployment;
 Nodes whose released config, inventory or plugin registration changed; policies), by deferred
 restarts and by a periodic resync. A pass: read a `ClusterSnapshot`, in `enforce` mode write the
-differences of what the operator owns (`volcano_writes`) and restart what must re-read per the
-pure planner (`core.restarts`), then run every rule. Findings go out as the `ConfigConsistent`
-condition of each policy (through the policy reconciler, the only status writer), as Warning
-Events on the objects involved (once per finding) and as the `vgpu_operator_findings` metric.
+differences of what the operator owns (`volcano_writes`, `workload_writes`) and restart what must
+re-read per the pure planner (`core.restarts`), then run every rule. Findings go out as the
+`ConfigConsistent` condition of each policy (through the policy reconciler, the only status
+writer), as Warning Events on the objects involved (once per finding) and as the
+`vgpu_operator_findings` metric.
 In `report` mode nothing is written to any Volcano/HAMi object.
 """
 
@@ -26,11 +27,11 @@ from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
 from vgpu_operator.controller.snapshot import configmap_refs, read_snapshot
-from vgpu_operator.controller.volcano_writes import (
+from vgpu_operator.controller.volcano_writes import enforce_configuration
+from vgpu_operator.controller.workload_writes import restart
+from vgpu_operator.controller.write_results import (
     WriteBackoff,
     Written,
-    enforce_configuration,
-    restart,
     retry_at,
     write_backoff,
 )
@@ -110,7 +111,7 @@ class VolcanoReconciler:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _in_pass: bool = False
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
-    # Objects whose writes were refused (not 404/409), from pass to pass (`volcano_writes`).
+    # Objects whose writes were refused (not 404/409), from pass to pass (`write_results`).
     backoff: WriteBackoff = field(default_factory=write_backoff)
 
     # -- requests ---------------------------------------------------------------------------

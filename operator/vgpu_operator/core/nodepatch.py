@@ -175,7 +175,7 @@ def _plan_labels(
     operator_labels: dict[str, str | None] = {
         contract.LABEL_POLICY: want.owner,
         contract.LABEL_MODE: want.mode,
-        # the plugin DaemonSets select on it (volcano_writes' placement patch): the plugin of
+        # the plugin DaemonSets select on it (workload_writes' placement patch): the plugin of
         # the released configuration, none while the rollout pauses it
         contract.LABEL_DEVICE_PLUGIN: plugin,
     }

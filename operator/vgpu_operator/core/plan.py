@@ -255,9 +255,9 @@ def _key(f: Finding) -> tuple[str, str, str]:
 def _restarts(s: ClusterSnapshot, settings: RestartSettings, now: datetime) -> tuple[str, ...]:
     restarts = plan_restarts(restart_inputs(s), {}, settings, now)
     done = [f"{a.kind} {a.namespace}/{a.name}: {a.reason}" for a in restarts.actions]
-    later = [
-        f"{d.key} at {d.until.isoformat(timespec='seconds')}: {d.reason}" for d in restarts.deferred
-    ]
+    # A deferred restart waits for the change to settle (and for the minimum interval since
+    # the component's last restart): when it falls due, then why.
+    later = [f"{d.key} (due {d.until:%Y-%m-%dT%H:%M:%SZ}): {d.reason}" for d in restarts.deferred]
     return tuple([*done, *later])
 
 

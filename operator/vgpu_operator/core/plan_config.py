@@ -2,7 +2,7 @@
 nodes' released configurations, as unified diffs, and the one PATCH per HAMi plugin DaemonSet
 (its args and its placement), each replayed on the snapshot so what follows (restarts, rules)
 sees the cluster after them. The same renderers and in the same order as `enforce` mode
-(`controller.volcano_writes`). Pure.
+(`controller.volcano_writes`, `controller.workload_writes`). Pure.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The record of the placement patch the operator put on one of HAMi's plugin DaemonSets: the
 annotation `vgpu.volcano.sh/placement` on the DaemonSet, written in the same PATCH as the
-placement (`controller.volcano_writes`). It names the nodeSelector entries the operator set and
+placement (`controller.workload_writes`). It names the nodeSelector entries the operator set and
 each toleration it added, in exactly the form it wrote them; `vgpu-operator cleanup`
 (`core.cleanup.placement_revert`) takes off these and nothing else, so a person's own
 nodeSelector keys and tolerations stay, even one equal to a toleration the operator would add

@@ -12,6 +12,7 @@ from vgpu_operator.controller.informer import ADDED, MODIFIED, Change
 from vgpu_operator.controller.snapshot import compact_daemonset
 from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.kubeapi.credentials import Credentials
+from vgpu_operator.kubeapi.watch import Listing
 
 
 def controller() -> tuple[Controller, list[bool]]:
@@ -74,3 +75,16 @@ async def test_no_configuration_pass_before_pods_and_daemonsets_are_listed() -> 
     await asyncio.wait_for(task, 5)
     assert started.is_set()
     assert ctl.gpu_pods() == [] and ctl.daemonset_objects() == []
+
+
+async def test_same_named_daemonsets_in_two_namespaces_are_both_held() -> None:
+    """The plugin is found by namespace and name: a DaemonSet of the same name in another
+    namespace (a copy left in `volcano-system` by a hand install, say) must neither
+    hide it nor be taken for it."""
+    ctl, _ = controller()
+    plugin = daemonset("kube-system", "volcano-device-plugin", "1", image="hami:v2.5")
+    stray = daemonset("volcano-system", "volcano-device-plugin", "2", image="other:1")
+    await ctl.daemonsets._listed(Listing([plugin, stray], "2"))
+    assert len(ctl.daemonset_objects() or []) == 2
+    held = ctl.plugin_daemonset()
+    assert held is not None and held["metadata"]["namespace"] == "kube-system"

@@ -51,7 +51,7 @@ def configured(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def placed(daemonset: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The DaemonSet after the operator's placement PATCH, as controller.volcano_writes sends it
+    """The DaemonSet after the operator's placement PATCH, as controller.workload_writes sends it
     (the patch, and the record of what it set, in one PATCH); resourceVersion 7."""
     p = plan_placement(daemonset, "hami", nodes)
     assert p.patch is not None and not p.adopted

@@ -20,11 +20,8 @@ from vgpu_operator.controller.app import Controller, Settings
 from vgpu_operator.controller.handlers import Runtime, build_registry, check_registry
 from vgpu_operator.controller.node_writes import _written
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
-from vgpu_operator.controller.volcano_writes import (
-    installed,
-    on_delete_pods,
-    released_configs,
-)
+from vgpu_operator.controller.volcano_writes import installed, released_configs
+from vgpu_operator.controller.workload_writes import on_delete_pods
 from vgpu_operator.core.findings import CONDITION
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.restarts import (

@@ -13,12 +13,9 @@ import pytest
 
 from tests.unit.volcano.volcano_fixtures import edit, healthy, text
 from vgpu_operator import kubeapi
-from vgpu_operator.controller.volcano_writes import (
-    WriteBackoff,
-    enforce_configuration,
-    restart,
-    retry_at,
-)
+from vgpu_operator.controller.volcano_writes import enforce_configuration
+from vgpu_operator.controller.workload_writes import restart
+from vgpu_operator.controller.write_results import WriteBackoff, retry_at
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.restarts import RestartAction
 from vgpu_operator.core.rules import ClusterSnapshot
