@@ -30,8 +30,8 @@ from typing import Any
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import NodeFacts, TaintKey, taint_key, taint_value
+from vgpu_operator.core.ownership import label_is_ours, taint_is_ours
 from vgpu_operator.core.rollout_step import NodeStep
-from vgpu_operator.core.validate import label_is_ours, taint_is_ours
 from vgpu_operator.models.labels import system_key
 from vgpu_operator.models.node import GPU_OPERATOR_MIG_MANAGER_LABEL, NodeConfig, Owned
 from vgpu_operator.models.policy import Taint, VGPUNodePolicy

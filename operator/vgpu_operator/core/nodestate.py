@@ -25,18 +25,16 @@ from vgpu_operator import contract
 from vgpu_operator.core import adoption
 from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.core.nodepatch import Desired, desired_for, diff
-from vgpu_operator.core.rollout_step import NodeStep
-from vgpu_operator.core.selection import Assignment, select
-from vgpu_operator.core.validate import (
-    ParsedPolicy,
-    Problem,
+from vgpu_operator.core.ownership import (
     held_by_other_policy,
     invalid_writes,
     label_collisions,
-    node_problems,
     owned_record_unreadable,
     taint_collisions,
 )
+from vgpu_operator.core.rollout_step import NodeStep
+from vgpu_operator.core.selection import Assignment, select
+from vgpu_operator.core.validate import ParsedPolicy, Problem, node_problems
 
 __all__ = ["Action", "ClusterPlan", "NodePlan", "plan_cluster", "plan_node", "plan_one"]
 

@@ -9,15 +9,14 @@ import pytest
 from tests.unit.core.nodekit import EVERY_NODE, node, policy
 from vgpu_operator import contract
 from vgpu_operator.core.nodefacts import node_facts
+from vgpu_operator.core.ownership import label_collisions, taint_collisions
 from vgpu_operator.core.validate import (
     field_path,
     gpu_evidence,
     gpu_model,
-    label_collisions,
     node_problems,
     parse_policy,
     spec_problems,
-    taint_collisions,
 )
 from vgpu_operator.models.node import Owned
 from vgpu_operator.models.policy import Taint, VGPUNodePolicySpec

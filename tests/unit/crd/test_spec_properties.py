@@ -22,8 +22,9 @@ from vgpu_operator.core.events import node_events, policy_event
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodepatch import desired_for
 from vgpu_operator.core.nodestate import plan_cluster
+from vgpu_operator.core.ownership import invalid_writes
 from vgpu_operator.core.status import compute_status
-from vgpu_operator.core.validate import invalid_writes, parse_policy
+from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.models.labels import system_key
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "2000"))

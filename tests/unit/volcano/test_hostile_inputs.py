@@ -25,6 +25,7 @@ from vgpu_operator.controller.volcano_writes import released_configs
 from vgpu_operator.core import restarts as planner
 from vgpu_operator.core.nodefacts import node_facts
 from vgpu_operator.core.nodestate import plan_cluster
+from vgpu_operator.core.ownership import invalid_writes
 from vgpu_operator.core.render import (
     RenderError,
     render_ascend_node_config,
@@ -36,7 +37,7 @@ from vgpu_operator.core.render import (
 from vgpu_operator.core.render.common import RoundTrip
 from vgpu_operator.core.restarts import restart_inputs
 from vgpu_operator.core.rules import ClusterSnapshot, run_rules
-from vgpu_operator.core.validate import invalid_writes, parse_policy
+from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import (
     PayloadError,
