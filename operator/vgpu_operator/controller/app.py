@@ -26,23 +26,31 @@ from typing import Any
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.discovery import discover_at_start
 from vgpu_operator.controller.informer import DELETED, Change, Informer
+from vgpu_operator.controller.kept import (
+    IndexedNode,
+    daemonset_spec,
+    indexed_node,
+    kept_node,
+    namespaced_name,
+    policy_entry,
+    resource_version,
+    same_facts,
+)
 from vgpu_operator.controller.pods import PAGE, PodIndex
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.controller.rollout import PluginReadings, RolloutDriver
 from vgpu_operator.controller.snapshot import (
     collection_path,
     compact_daemonset,
-    compact_node,
     watched_objects,
 )
 from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.core.findings import CONDITION, ConditionValue
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
-from vgpu_operator.core.pods import gpu_resources, interned
+from vgpu_operator.core.nodefacts import NodeFacts
+from vgpu_operator.core.pods import gpu_resources
 from vgpu_operator.core.rules import ClusterSnapshot
 from vgpu_operator.core.rules.plugin_refusal import PluginNodeValues, plugin_node_values
-from vgpu_operator.core.validate import parse_policy
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.kubeapi.events import EventPoster
 from vgpu_operator.models.config import OperatorConfig
@@ -67,40 +75,6 @@ class Settings:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     volcano: VolcanoOptions = field(default_factory=VolcanoOptions)
     user_agent: str = USER_AGENT  # tells replicas apart in the audit log
-
-
-@dataclass(frozen=True)
-class IndexedNode:
-    """What the operator keeps per Node: the facts the policy reconciler plans with, and the
-    compact object the configuration rules read (so no pass has to list Nodes)."""
-
-    facts: NodeFacts
-    obj: dict[str, Any]
-    uid: str
-
-
-def kept_node(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The compact Node, its strings interned (thousands of Nodes repeat the same ones)."""
-    kept: dict[str, Any] = interned(compact_node(body))
-    return kept
-
-
-def indexed_node(body: Mapping[str, Any]) -> IndexedNode:
-    """Both parts from the compact Node (it keeps all `node_facts` reads; a listed Node comes
-    compact already): the facts share its strings."""
-    obj = kept_node(body)
-    return IndexedNode(node_facts(obj), obj, str(body["metadata"].get("uid", "")))
-
-
-def policy_entry(body: Mapping[str, Any]) -> PolicyEntry:
-    meta = body.get("metadata") or {}
-    return PolicyEntry(
-        parsed=parse_policy(body),
-        uid=str(meta.get("uid", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
-        finalizers=tuple(meta.get("finalizers") or ()),
-        status=dict(body.get("status") or {}),
-    )
 
 
 class Controller:
@@ -134,7 +108,7 @@ class Controller:
             DAEMONSETS_PATH,
             compact_daemonset,
             self.daemonset_event,
-            key=_namespaced_name,
+            key=namespaced_name,
         )
         # The configured ConfigMaps and the scheduler Deployment, each watched by name (the
         # chart's Roles grant only these names): any event asks for a configuration pass.
@@ -143,10 +117,10 @@ class Controller:
                 api,
                 kind.lower(),
                 collection_path(kind, namespace),
-                _resource_version,
+                resource_version,
                 self.named_event,
                 kubeapi.WatchOptions(field_selector=f"metadata.name={name}"),
-                key=_namespaced_name,
+                key=namespaced_name,
             )
             for kind, namespace, name in watched_objects(settings.config)
         ]
@@ -359,9 +333,8 @@ class Controller:
             return
         meta = change.obj.get("metadata") or {}
         named = (meta.get("namespace"), str(meta.get("name", "")))
-        if self.volcano.watches("DaemonSet", *named) or _spec(change.previous) != _spec(
-            change.item
-        ):
+        respecced = daemonset_spec(change.previous) != daemonset_spec(change.item)
+        if self.volcano.watches("DaemonSet", *named) or respecced:
             self.request_configuration_pass()
         ref = self.settings.config.device_plugin
         if named == (ref.namespace, ref.name):  # which policies are refused may change
@@ -436,31 +409,3 @@ async def after(first: Coroutine[Any, Any, None], then: Coroutine[Any, Any, None
         then.close()
         raise
     await then
-
-
-def _resource_version(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
-
-
-def _namespaced_name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def same_facts(a: NodeFacts, b: NodeFacts) -> bool:
-    """Equal for the operator's purposes: everything but the resourceVersion."""
-    return (
-        a.labels == b.labels
-        and a.annotations == b.annotations
-        and a.taints == b.taints
-        and a.errors == b.errors
-    )
-
-
-def _spec(ds: Mapping[str, Any] | None) -> Any:
-    """A DaemonSet as far as the rules read it: all but its resourceVersion (status changes
-    come with a new one and nothing else)."""
-    if ds is None:
-        return None
-    meta = {k: v for k, v in (ds.get("metadata") or {}).items() if k != "resourceVersion"}
-    return (meta, ds.get("spec"))

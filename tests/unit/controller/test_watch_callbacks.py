@@ -10,8 +10,9 @@ import inspect
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.controller.app import Controller, IndexedNode, Settings, after, indexed_node
+from vgpu_operator.controller.app import Controller, Settings, after
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
+from vgpu_operator.controller.kept import IndexedNode, indexed_node
 from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.core.nodefacts import NodeFacts
 from vgpu_operator.kubeapi.credentials import Credentials
