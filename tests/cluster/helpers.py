@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,3 +61,12 @@ async def patch_spec(api: client.ApiClient, policy: str, spec: dict[str, Any]) -
         content_type=MERGE_PATCH,
         field_manager=None,
     )
+
+
+async def event_reasons(api: client.ApiClient, namespace: str, selector: str) -> Counter[str]:
+    """The reasons of the Events in `namespace` that the field selector picks (for example
+    `involvedObject.uid=<uid>,type=Warning`), counted."""
+    body = await request(
+        api, "GET", f"/api/v1/namespaces/{namespace}/events", query={"fieldSelector": selector}
+    )
+    return Counter(e["reason"] for e in body.get("items") or [])

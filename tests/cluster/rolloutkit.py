@@ -248,24 +248,38 @@ class TransitionCount:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[TransitionCount]:
-        options = WatchOptions(label_selector=self.selector, kind="test-nodes")
-        listed = asyncio.Event()
-
-        async def loop() -> None:
-            async for update in list_watch(self.api, node_path(), options):
-                if isinstance(update, Listing):
-                    self._busy.clear()
-                    for obj in update.items:
-                        self._see(obj)
-                    listed.set()
-                else:
-                    self._see(update.obj, deleted=update.type == "DELETED")
-
-        task = asyncio.create_task(loop())
-        try:
-            await asyncio.wait_for(listed.wait(), timeout=30)
+        async with watching_nodes(self.api, self.selector, self._see, self._busy.clear):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+
+
+@contextlib.asynccontextmanager
+async def watching_nodes(
+    api: client.ApiClient,
+    selector: str,
+    see: Callable[[Mapping[str, Any], bool], None],
+    relisted: Callable[[], None],
+) -> AsyncIterator[None]:
+    """Every committed state of the nodes `selector` lists, handed to `see(obj, deleted)` from
+    a list-then-watch (`relisted()` before each listing is seen again), until the block ends;
+    the block starts once the first listing has been seen."""
+    options = WatchOptions(label_selector=selector, kind="test-nodes")
+    listed = asyncio.Event()
+
+    async def loop() -> None:
+        async for update in list_watch(api, node_path(), options):
+            if isinstance(update, Listing):
+                relisted()
+                for obj in update.items:
+                    see(obj, False)
+                listed.set()
+            else:
+                see(update.obj, update.type == "DELETED")
+
+    task = asyncio.create_task(loop())
+    try:
+        await asyncio.wait_for(listed.wait(), timeout=30)
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

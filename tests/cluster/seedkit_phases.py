@@ -9,7 +9,6 @@ tests/cluster/seedkit.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,14 +20,14 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import PolicyFactory, eventually
-from tests.cluster.rolloutkit import cordoned, rollout_of
+from tests.cluster.rolloutkit import cordoned, rollout_of, watching_nodes
 from tests.cluster.seedkit import NODE_CM, NODE_KEY, Before, SeedCluster
 from tests.cluster.volcano_ops import OperatorFactory, pods_created
 from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.kubeapi import Listing, WatchOptions, list_watch, policy_path
+from vgpu_operator.kubeapi import policy_path
 from vgpu_operator.models.volcano import parse_node_config
 
 ASCEND_NODE_KEY = "node-config.yaml"  # hami-device-node-config
@@ -290,32 +289,13 @@ async def rolls(
     """Make `change` and watch the nodes until `done` (and, with `settle`, no node is in
     transition any more)."""
     seen = Rollout(nodes=list(nodes))
-    listed = asyncio.Event()
-    options = WatchOptions(label_selector=f"test/pool={env.pool}", kind="seed-nodes")
 
-    async def loop() -> None:
-        async for update in list_watch(api, kubeapi.node_path(), options):
-            if isinstance(update, Listing):
-                seen.busy.clear()
-                for obj in update.items:
-                    seen.see(obj)
-                listed.set()
-            else:
-                seen.see(update.obj, deleted=update.type == "DELETED")
+    async def finished() -> bool:
+        return await done() and (not settle or not seen.busy)
 
-    task = asyncio.create_task(loop())
-    try:
-        await asyncio.wait_for(listed.wait(), timeout=30)
+    async with watching_nodes(api, f"test/pool={env.pool}", seen.see, seen.busy.clear):
         await change()
-
-        async def finished() -> bool:
-            return await done() and (not settle or not seen.busy)
-
         await eventually(finished, timeout=timeout, interval=0.5)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
     return seen
 
 

@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, patch_spec
+from tests.cluster.helpers import (
+    ClusterUnderTest,
+    PolicyFactory,
+    event_reasons,
+    eventually,
+    patch_spec,
+)
 from tests.cluster.seedkit import (
     DEVICE_CM,
     DEVICE_KEY,
@@ -106,13 +112,7 @@ class Refused:
 
 
 async def events_of(api: client.ApiClient, namespace: str, uid: str) -> Counter[str]:
-    body = await kubeapi.request(
-        api,
-        "GET",
-        f"/api/v1/namespaces/{namespace}/events",
-        query={"fieldSelector": f"involvedObject.uid={uid}"},
-    )
-    return Counter(e["reason"] for e in body.get("items") or [])
+    return await event_reasons(api, namespace, f"involvedObject.uid={uid}")
 
 
 async def build_seed002(env: SeedCluster) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
+from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, event_reasons, eventually, unique
 from tests.cluster.volcano_env import VolcanoEnv, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.cluster import LocalCluster
@@ -46,13 +46,7 @@ async def observed(api: client.ApiClient, policy: str) -> dict[str, Any]:
 
 
 async def events_of(api: client.ApiClient, namespace: str, uid: str) -> Counter[str]:
-    body = await kubeapi.request(
-        api,
-        "GET",
-        f"/api/v1/namespaces/{namespace}/events",
-        query={"fieldSelector": f"involvedObject.uid={uid}"},
-    )
-    return Counter(e["reason"] for e in body.get("items") or [])
+    return await event_reasons(api, namespace, f"involvedObject.uid={uid}")
 
 
 async def test_observe_writes_nothing_but_status_and_events_and_says_what_enforce_would(

@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
+from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, event_reasons, eventually, unique
 from tests.cluster.volcano_env import (
     NODE_CM,
     PLUGIN_NS,
@@ -43,13 +43,8 @@ async def warning_events(api: client.ApiClient, namespace: str, name: str) -> Co
     """Warning Events on the ConfigMap `name` as it exists now (by uid: the names are the same
     in every test)."""
     obj = await kubeapi.request(api, "GET", configmap_path(namespace, name))
-    body = await kubeapi.request(
-        api,
-        "GET",
-        f"/api/v1/namespaces/{namespace}/events",
-        query={"fieldSelector": f"involvedObject.uid={obj['metadata']['uid']},type=Warning"},
-    )
-    return Counter(e["reason"] for e in body.get("items") or [])
+    uid = obj["metadata"]["uid"]
+    return await event_reasons(api, namespace, f"involvedObject.uid={uid},type=Warning")
 
 
 async def test_report_mode_writes_nothing_and_enforce_does(

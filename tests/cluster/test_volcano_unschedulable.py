@@ -16,7 +16,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
+from tests.cluster.helpers import (
+    ClusterUnderTest,
+    NodeFactory,
+    PolicyFactory,
+    event_reasons,
+    eventually,
+    unique,
+)
 from tests.cluster.volcano_env import SCHED_CM, SCHED_NS, VolcanoEnv, pod, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.install import OPERATOR_USER
@@ -35,14 +42,9 @@ NUMBER, MEMORY, MODE = "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volc
 
 async def warnings(api: client.ApiClient, namespace: str, name: str) -> Counter[str]:
     """The operator's Warning Events on the pod, by reason."""
-    body = await kubeapi.request(
-        api,
-        "GET",
-        f"/api/v1/namespaces/{namespace}/events",
-        query={"fieldSelector": f"involvedObject.name={name},type=Warning"},
-    )
+    found = await event_reasons(api, namespace, f"involvedObject.name={name},type=Warning")
     # kube-scheduler's own (FailedScheduling on the default-scheduler pod) left out
-    return Counter(e["reason"] for e in body.get("items") or [] if e["reason"] in OURS)
+    return Counter({reason: n for reason, n in found.items() if reason in OURS})
 
 
 async def create(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> None:

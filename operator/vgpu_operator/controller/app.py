@@ -213,11 +213,7 @@ class Controller:
     def plugin_daemonset(self) -> Obj | None:
         """The configured vGPU plugin DaemonSet, from the watch (None: not there, not watched)."""
         ref = self.settings.config.device_plugin
-        for ds in self.daemonsets.items.values():
-            meta = ds.get("metadata") or {}
-            if (meta.get("namespace"), meta.get("name")) == (ref.namespace, ref.name):
-                return ds
-        return None
+        return self.daemonsets.items.get(f"{ref.namespace}/{ref.name}")
 
     def plugin_node_values(self) -> PluginNodeValues | None:
         return plugin_node_values(self.plugin_daemonset(), self.settings.config)

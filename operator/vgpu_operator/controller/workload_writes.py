@@ -48,17 +48,6 @@ from vgpu_operator.models.volcano_views import workload_view
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-def _daemonset(s: ClusterSnapshot, namespace: str, name: str) -> dict[str, Any] | None:
-    return next(
-        (
-            d
-            for d in s.daemonsets
-            if meta(d).get("namespace") == namespace and meta(d).get("name") == name
-        ),
-        None,
-    )
-
-
 def _placement_what(p: Placement) -> str:
     parts = []
     if p.patch is not None and "nodeSelector" in p.patch["spec"]["template"]["spec"]:
@@ -96,7 +85,7 @@ async def patch_daemonsets(
     patches: dict[tuple[str, str], _DaemonSetPatch] = {}
     ref = s.config.device_plugin
     foreign = foreign_vgpu_plugin(s)  # not HAMi's plugin: not patched (rule plugin-not-hami)
-    ds = _daemonset(s, ref.namespace, ref.name) if foreign is None else None
+    ds = s.daemonset(ref.namespace, ref.name) if foreign is None else None
     args = render_plugin_args(ds, s.config) if ds is not None else None
     if ds is not None and args is not None:
         patches[(ref.namespace, ref.name)] = _DaemonSetPatch(
@@ -107,7 +96,7 @@ async def patch_daemonsets(
             due=settled,
         )
     for p in placements(s):
-        raw = _daemonset(s, p.namespace, p.name)
+        raw = s.daemonset(p.namespace, p.name)
         if p.patch is None or p.excluded or raw is None or p.adopted:
             continue  # (adopted: already runs exactly there, core.adoption_config)
         if p.plugin == "hami" and (p.namespace, p.name) == foreign:
@@ -199,14 +188,7 @@ def on_delete_pods(s: ClusterSnapshot, action: RestartAction) -> list[str]:
     replace them: they have to be deleted); empty for any other workload."""
     if action.kind != "rollout-daemonset":
         return []
-    raw = next(
-        (
-            d
-            for d in s.daemonsets
-            if meta(d).get("namespace") == action.namespace and meta(d).get("name") == action.name
-        ),
-        None,
-    )
+    raw = s.daemonset(action.namespace, action.name)
     strategy = (((raw or {}).get("spec") or {}).get("updateStrategy") or {}).get("type")
     if raw is None or strategy != "OnDelete":
         return []

@@ -165,9 +165,8 @@ def daemonsets(s: ClusterSnapshot) -> tuple[ClusterSnapshot, list[WorkloadPatch]
     specs: dict[tuple[str, str], tuple[Obj, list[str]]] = {}
     ref = s.config.device_plugin
     foreign = foreign_vgpu_plugin(s)  # not HAMi's plugin: not patched (rule plugin-not-hami)
-    for ds in s.daemonsets:
-        if (meta(ds).get("namespace"), name_of(ds)) != (ref.namespace, ref.name) or foreign:
-            continue
+    ds = s.daemonset(ref.namespace, ref.name) if foreign is None else None
+    if ds is not None:
         args = render_plugin_args(ds, s.config)
         if args is not None:
             specs[(ref.namespace, ref.name)] = (

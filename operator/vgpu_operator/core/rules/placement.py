@@ -268,14 +268,7 @@ def placements(s: ClusterSnapshot) -> list[Placement]:
         targets.append((ref.namespace, ref.name, "ascend"))
     out = []
     for namespace, name, plugin in targets:
-        ds = next(
-            (
-                d
-                for d in s.daemonsets
-                if meta(d).get("namespace") == namespace and name_of(d) == name
-            ),
-            None,
-        )
+        ds = s.daemonset(namespace, name)
         if ds is not None:
             out.append(plan_placement(ds, plugin, s.nodes))
     return out

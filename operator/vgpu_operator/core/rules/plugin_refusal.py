@@ -27,7 +27,7 @@ from vgpu_operator.core.render.plugin_args import desired_flags, plugin_containe
 from vgpu_operator.core.rules import facts
 from vgpu_operator.core.rules.plugin import FLAG_DEFAULTS
 from vgpu_operator.core.rules.plugin_identity import is_hami_plugin
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, meta, name_of
+from vgpu_operator.core.rules.snapshot import ClusterSnapshot
 from vgpu_operator.core.validate import REFUSED_REASON, ParsedPolicy, Problem
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.policy import VGPUNodePolicy
@@ -100,11 +100,9 @@ def plugin_node_values(
 
 def snapshot_plugin_values(s: ClusterSnapshot) -> PluginNodeValues | None:
     """`plugin_node_values` of the DaemonSet the operator config names, in a snapshot."""
-    ref = s.config.device_plugin
-    for ds in s.daemonsets:
-        if meta(ds).get("namespace") == ref.namespace and name_of(ds) == ref.name:
-            return plugin_node_values(ds, s.config)
-    return None
+    return plugin_node_values(
+        s.daemonset(s.config.device_plugin.namespace, s.config.device_plugin.name), s.config
+    )
 
 
 def refusals(policy: VGPUNodePolicy, plugin: PluginNodeValues) -> list[Problem]:

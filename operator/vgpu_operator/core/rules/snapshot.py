@@ -178,16 +178,21 @@ class ClusterSnapshot:
     # --- lookups ----------------------------------------------------------------------------
 
     def configmap(self, namespace: str, name: str) -> Obj | None:
-        for cm in self.configmaps:
-            if meta(cm).get("namespace") == namespace and name_of(cm) == name:
-                return cm
-        return None
+        return self._named(self.configmaps, namespace, name)
 
-    def _workload(self, items: list[Obj], namespace: str, name: str) -> WorkloadView | None:
+    @staticmethod
+    def _named(items: list[Obj], namespace: str, name: str) -> Obj | None:
         for obj in items:
             if meta(obj).get("namespace") == namespace and name_of(obj) == name:
-                return workload_view(obj)
+                return obj
         return None
+
+    def daemonset(self, namespace: str, name: str) -> Obj | None:
+        return self._named(self.daemonsets, namespace, name)
+
+    def _workload(self, items: list[Obj], namespace: str, name: str) -> WorkloadView | None:
+        obj = self._named(items, namespace, name)
+        return None if obj is None else workload_view(obj)
 
     def node(self, name: str) -> Obj | None:
         return next((n for n in self.nodes if name_of(n) == name), None)
