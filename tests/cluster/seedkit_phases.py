@@ -28,7 +28,7 @@ from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.kubeapi import policy_path
-from vgpu_operator.models.volcano import parse_node_config
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_node_config, parse_register
 
 ASCEND_NODE_KEY = "node-config.yaml"  # hami-device-node-config
 
@@ -297,6 +297,22 @@ async def rolls(
         await change()
         await eventually(finished, timeout=timeout, interval=0.5)
     return seen
+
+
+def registering(
+    api: client.ApiClient, nodes: list[str], count: int
+) -> Callable[[], Awaitable[bool]]:
+    """Done when every node's plugin registration gives each GPU a split count of `count`."""
+
+    async def done() -> bool:
+        for name in nodes:
+            obj = await kubeapi.request(api, "GET", kubeapi.node_path(name))
+            raw = (obj["metadata"].get("annotations") or {}).get(REGISTER_ANNOTATION, "")
+            if {g.count for g in parse_register(raw)} != {count}:
+                return False
+        return True
+
+    return done
 
 
 def plugin_pods_created(local: LocalCluster, offset: int, env: SeedCluster) -> int:

@@ -33,13 +33,13 @@ from tests.cluster.seedkit_phases import (
     observed,
     planned,
     plugin_pods_created,
+    registering,
     rolls,
     without_entry,
 )
 from tests.cluster.volcano_env import text
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
 pytestmark = pytest.mark.cluster
 
@@ -156,16 +156,12 @@ async def test_seed000_observe_then_enforce_disturbs_nothing(
     offset = local.audit_offset()
     plugin_before = await env.plugin_pods()
 
-    async def registered_4() -> bool:
-        for name in env.nodes:
-            obj = await kubeapi.request(api, "GET", kubeapi.node_path(name))
-            raw = (obj["metadata"].get("annotations") or {}).get(REGISTER_ANNOTATION, "")
-            if {g.count for g in parse_register(raw)} != {4}:
-                return False
-        return True
-
     seen = await rolls(
-        api, env, env.nodes, lambda: patch_spec(api, policy, SPLIT_CHANGE), registered_4
+        api,
+        env,
+        env.nodes,
+        lambda: patch_spec(api, policy, SPLIT_CHANGE),
+        registering(api, env.nodes, 4),
     )
     # one node at a time, each through Verifying only (released, its plugin pod replaced, the
     # new registration checked): no cordon, no drain

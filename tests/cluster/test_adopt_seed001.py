@@ -37,6 +37,7 @@ from tests.cluster.seedkit_phases import (
     observed,
     planned,
     plugin_pods_created,
+    registering,
     rolls,
     without_entry,
 )
@@ -45,7 +46,6 @@ from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.agentproc import FakeGpus, fake_model
 from vgpu_operator import kubeapi
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
 pytestmark = pytest.mark.cluster
 
@@ -190,14 +190,6 @@ async def test_seed001_observe_then_enforce_runs_no_mig_command_then_a_split_cou
     offset = local.audit_offset()
     plugin_before = await env.plugin_pods()
 
-    async def registered_5() -> bool:
-        for name in hami:
-            obj = await kubeapi.request(api, "GET", kubeapi.node_path(name))
-            raw = (obj["metadata"].get("annotations") or {}).get(REGISTER_ANNOTATION, "")
-            if {g.count for g in parse_register(raw)} != {5}:
-                return False
-        return True
-
     seen = await rolls(
         api,
         env,
@@ -207,7 +199,7 @@ async def test_seed001_observe_then_enforce_runs_no_mig_command_then_a_split_cou
             hami_policy,
             {"hamiCore": {"deviceSplitCount": 5}, "rollout": {"maxUnavailable": 1}},
         ),
-        registered_5,
+        registering(api, hami, 5),
     )
     assert seen.most == 1 and not seen.cordoned, seen  # a plugin-only change: no cordon
     assert set(seen.phases) == set(hami), seen.phases  # the MIG pool is not touched
