@@ -353,19 +353,32 @@ async def wait_labels(
         raise AssertionError(f"{exc}\noperator log:\n{op.output()}") from None
 
 
-def operator_node_patches(local: LocalCluster, name: str, offset: int) -> list[dict[str, Any]]:
+async def operator_node_patches(
+    local: LocalCluster, name: str, offset: int
+) -> list[dict[str, Any]]:
     """The operator's accepted PATCHes to the node `name` after `offset` of the audit log (by
-    its user agent: the test's own client may share the identity)."""
-    return [
-        e
-        for e in local.audit_events(offset=offset)
-        if e["verb"] == "patch"
-        and e["objectRef"].get("resource") == "nodes"
-        and not e["objectRef"].get("subresource")
-        and e["objectRef"].get("name") == name
-        and e["responseStatus"]["code"] < 300
-        and e.get("userAgent", "").startswith("vgpu-operator")
-    ]
+    its user agent: the test's own client may share the identity), once there is one. The
+    apiserver logs a request's ResponseComplete stage after it has answered, so the write can
+    be seen on the node a moment before its audit event is in the file."""
+
+    def found() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in local.audit_events(offset=offset)
+            if e["verb"] == "patch"
+            and e["objectRef"].get("resource") == "nodes"
+            and not e["objectRef"].get("subresource")
+            and e["objectRef"].get("name") == name
+            and e["responseStatus"]["code"] < 300
+            and e.get("userAgent", "").startswith("vgpu-operator")
+        ]
+
+    async def logged() -> bool:
+        return bool(found())
+
+    with contextlib.suppress(AssertionError):  # none: the caller's assertion says so
+        await eventually(logged, timeout=10)
+    return found()
 
 
 async def policies_settled(api: client.ApiClient) -> bool:
@@ -397,7 +410,7 @@ async def test_doctor_and_run_with_each_form(
     policy = await policies("creds", hami_policy(pool))
     await wait_labels(api, name, {contract.LABEL_POLICY: policy}, op)
 
-    patches = operator_node_patches(local, name, offset)
+    patches = await operator_node_patches(local, name, offset)
     assert patches and {e["user"]["username"] for e in patches} == {launch.user}
     if form.startswith("cert-"):  # the certificate itself, not some other admin credential
         ids = {tuple(e["user"].get("extra", {}).get(CREDENTIAL_ID, ())) for e in patches}
@@ -500,7 +513,7 @@ async def test_a_rotated_token_is_used_without_a_restart(
     offset = local.audit_offset()
     await patch_spec(api, policy, {"nodeLabels": {"rotated/after": "yes"}})
     await wait_labels(api, name, {"rotated/after": "yes"}, op)
-    patches = operator_node_patches(local, name, offset)
+    patches = await operator_node_patches(local, name, offset)
     assert patches
     for event in patches:
         assert event["user"]["username"] == admin_sa.user
