@@ -25,7 +25,7 @@ setup: $(STAMP)
 # kube-scheduler, kubectl, kwok and helm from Go modules. KUBEBUILDER_ASSETS skips apiserver+etcd.
 controlplane: setup
 	@if [ -n "$$VGPU_TEST_KUBECONFIG" ]; then echo "==> using the cluster in VGPU_TEST_KUBECONFIG"; \
-	else time $(BIN)/vgpu-operator dev-cluster build; fi
+	else time $(BIN)/vgpu-dev cluster build; fi
 
 lint: setup
 	$(BIN)/ruff check operator devtools tests bench
@@ -48,7 +48,7 @@ check-leftovers:
 	else echo "==> no control-plane process left running"; fi
 
 demo: setup controlplane
-	$(BIN)/vgpu-operator demo
+	$(BIN)/vgpu-dev demo
 
 crds: setup
 	$(BIN)/vgpu-operator crds -o crds

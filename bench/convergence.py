@@ -61,9 +61,9 @@ from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import OPERATOR_USER, install_operator_access
 from vgpu_devcluster.nodes import NodeSpec
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.validate import parse_policy
 from vgpu_operator.kubeapi.credentials import Credentials
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -320,7 +320,7 @@ class OperatorProcess:
             [
                 sys.executable,
                 "-m",
-                "vgpu_operator.cli",
+                "vgpu_operator.commands.cli",
                 "run",
                 "--kubeconfig",
                 str(kubeconfig),

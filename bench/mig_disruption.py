@@ -38,7 +38,7 @@ from typing import Any
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import reconcile_gpus
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
-from vgpu_operator.core.mig_catalog import MIG_MODELS
+from vgpu_operator.models.gpu_catalog import MIG_MODELS
 from vgpu_operator.models.node import NodeConfig
 
 MODEL = "A100-SXM4-80GB"

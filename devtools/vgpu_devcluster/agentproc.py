@@ -1,6 +1,7 @@
 """Node agents as subprocesses against simulated GPUs, for the tests and the demo.
 
-Each agent runs as `python -m vgpu_operator.cli agent --node N` exactly as in its DaemonSet, with
+Each agent runs as `python -m vgpu_operator.commands.cli agent --node N` exactly as in its
+DaemonSet, with
 a kubeconfig for the agent's ServiceAccount and the fake nvidia-smi (devcluster.fakesmi) as its
 `--nvidia-smi`; the node's simulated GPUs live in a state file under `workdir/<node>/`.
 
@@ -24,11 +25,11 @@ from pathlib import Path
 
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.nodes import GPU_MODELS
-from vgpu_operator.core.mig_catalog import model_for_name
+from vgpu_operator.models.gpu_catalog import model_for_name
 
 
 def fake_model(node_model: str) -> str:
-    """The fake nvidia-smi's model (core.mig_catalog key) for a simulated node's model
+    """The fake nvidia-smi's model (models.gpu_catalog key) for a simulated node's model
     (devcluster.nodes key): the one with the same NVML name."""
     catalog = model_for_name(GPU_MODELS[node_model].nvml_name)
     if catalog is None:
@@ -54,7 +55,7 @@ class FakeGpus:
         mig: bool = False,
         driver_version: str = fs.DEFAULT_DRIVER,
     ) -> FakeGpus:
-        """`model` is a core.mig_catalog key (see fake_model)."""
+        """`model` is a models.gpu_catalog key (see fake_model)."""
         directory.mkdir(parents=True, exist_ok=True)
         state = directory / "gpus.json"
         fs.init_state(state, model, count, node=node, mig=mig, driver_version=driver_version)
@@ -95,7 +96,7 @@ class AgentProcess:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "vgpu_operator.cli", "agent", "--node", self.node]
+        args = [sys.executable, "-m", "vgpu_operator.commands.cli", "agent", "--node", self.node]
         args += ["--kubeconfig", str(self.kubeconfig), "--nvidia-smi", str(self.gpus.binary)]
         args += [f"--resync={self.resync:g}", f"--retry={self.retry:g}"]
         args += [f"--timeout={self.timeout:g}"]

@@ -46,10 +46,10 @@ from vgpu_devcluster.install import apply, install_agent_access, install_operato
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.commands.kubectl_plugin import POOL_COLUMNS, pool_rows, registered, table
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import read_snapshot
 from vgpu_operator.core.rules import run_rules
-from vgpu_operator.kubectl_plugin import POOL_COLUMNS, pool_rows, registered, table
 from vgpu_operator.models.config import OperatorConfig, load_config
 
 DEMO_NODES: tuple[NodeSpec, ...] = (

@@ -29,7 +29,7 @@ from typing import Any
 
 from vgpu_devcluster.nodes import GPU_MODELS
 from vgpu_operator import contract
-from vgpu_operator.core import mig_catalog
+from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.volcano import (
     HANDSHAKE_ANNOTATION,
@@ -46,7 +46,7 @@ from vgpu_operator.models.volcano import (
 from vgpu_operator.models.volcano_views import Version, parse_flags
 
 _PRODUCT_TO_NVML = {m.product_label: m.nvml_name for m in GPU_MODELS.values()} | {
-    m.nvml_name.replace(" ", "-"): m.nvml_name for m in mig_catalog.GPU_MODELS.values()
+    m.nvml_name.replace(" ", "-"): m.nvml_name for m in gpu_catalog.GPU_MODELS.values()
 }
 LAST_FLAG_VERSION = Version(1, 11, 99)
 OLD_CORES_PER_GPU = 100  # ≤ v1.11: `for i < 100` in apiDevices

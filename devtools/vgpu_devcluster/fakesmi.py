@@ -6,7 +6,7 @@ file named by `FAKE_NVIDIA_SMI_STATE` (fakesmi_state.init_state creates it). Out
 samples of the MIG user guide
 (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html) and of
 NVIDIA/gpu-operator#118 and NVIDIA/mig-parted#181 character for character (tested against them);
-profiles, IDs, memory and placements come from core.mig_catalog, the table the planner uses too.
+profiles, IDs, memory and placements come from models.gpu_catalog, the table the planner uses too.
 
 State machine (MIG user guide; NVIDIA/mig-parted#9, NVIDIA/gpu-operator#118, NVIDIA/gpu-operator
 PR #2603) and the conservative choices where those sources are silent:
@@ -23,7 +23,7 @@ PR #2603) and the conservative choices where those sources are silent:
   code). A reset removes every instance of the GPU; on Ampere it makes the pending mode current, on
   Hopper it clears MIG mode (fakesmi_state.after_reset; a reboot does the same).
 - `mig -cgi ... -C` creates the GPU instance's default compute instance: on Hopper's 1g
-  double-memory profiles that is CI profile 7, not 0 (core.mig_catalog.HOPPER_1G_CI); `mig
+  double-memory profiles that is CI profile 7, not 0 (models.gpu_catalog.HOPPER_1G_CI); `mig
   -lcip` lists each GPU instance's compute-instance profiles with the default marked `*`, and
   `-cci` refuses a profile the GPU instance does not list (Invalid Argument, reconstructed).
 - `--query-compute-apps` shows only what the caller's PID namespace can see

@@ -8,7 +8,7 @@ conservative choices where it is silent:
   `-cgi 19,19,14,9` fails with Insufficient Resources on A100-40GB while `9,19,14,19` succeeds
   ("Example 2: Creation of a 3-2-1-1 geometry"), `-cgi 9,3g.20gb -C` yields GPU instance IDs 2 then
   1, seven 1g get IDs 13,11,12,7,8,9,10 (the guide's listings). GI IDs follow
-  core.mig_catalog.gi_heap_id.
+  models.gpu_catalog.gi_heap_id.
 - an explicit placement (`-cgi 9:4`) is honoured or fails with Insufficient Resources.
 - a GPU instance with compute instances, and any instance a process runs on, is "In use by another
   client" (MIG user guide); a process without a `gi` counts as using every instance of its GPU.
@@ -34,7 +34,7 @@ from vgpu_devcluster.fakesmi_render import (
     used_slices,
 )
 from vgpu_devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
-from vgpu_operator.core.mig_catalog import MigProfile, gi_heap_id
+from vgpu_operator.models.gpu_catalog import MigProfile, gi_heap_id
 
 RC_NOT_FOUND = 6
 RC_INSUFFICIENT = 23  # harvester/harvester#11636: "nvidia-smi exit code 23"

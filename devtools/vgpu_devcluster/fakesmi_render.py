@@ -10,7 +10,7 @@ character for character.
 from __future__ import annotations
 
 from vgpu_devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
-from vgpu_operator.core.mig_catalog import CI_PROFILE_BY_SLICES, GPU_MODELS, GpuModel, MigProfile
+from vgpu_operator.models.gpu_catalog import CI_PROFILE_BY_SLICES, GPU_MODELS, GpuModel, MigProfile
 
 # Driver R510 printed other GiB values for A100-40GB than current drivers (MIG user guide sample:
 # 2g.10gb 9.75, 7g.40gb 39.50; current: 9.62, 39.25), and 19.62 for 3g.20gb and 4g.20gb (a real

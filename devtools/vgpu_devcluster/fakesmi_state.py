@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from vgpu_operator.core.mig_catalog import GPU_MODELS
+from vgpu_operator.models.gpu_catalog import GPU_MODELS
 
 ENV_STATE = "FAKE_NVIDIA_SMI_STATE"
 ENV_LOG = "FAKE_NVIDIA_SMI_LOG"
@@ -86,7 +86,7 @@ class ProcState(TypedDict):
 
 class GpuState(TypedDict):
     index: int
-    model: str  # core.mig_catalog key
+    model: str  # models.gpu_catalog key
     uuid: str
     bus_id: str
     mig_current: bool
@@ -281,7 +281,7 @@ def reboot(path: str | os.PathLike[str]) -> None:
     """A node reboot: instances and processes are gone (MIG user guide: "the created MIG devices
     are not persistent across system reboots"). On Ampere the pending MIG mode takes effect and
     persists (NVIDIA/gpu-operator#2603: "MIG mode survives a reboot on Ampere via an InfoROM
-    status bit"); on Hopper and later MIG mode is gone (core.mig_catalog.arch_for_name)."""
+    status bit"); on Hopper and later MIG mode is gone (models.gpu_catalog.arch_for_name)."""
     with edit(path) as s:
         for g in s["gpus"]:
             after_reset(g)

@@ -28,7 +28,7 @@ from typing import Any
 
 from vgpu_devcluster.fakeplugin import PluginRegistration, simulate_registration
 from vgpu_operator import kubeapi
-from vgpu_operator.core.render.plugin_args import PLUGIN_IMAGE_HINT
+from vgpu_operator.core.volcano.render.plugin_args import PLUGIN_IMAGE_HINT
 from vgpu_operator.models.volcano import DEFAULT_DEVICE_CONFIG_NAME, PLUGIN_CM_NAMESPACES
 from vgpu_operator.models.volcano_views import WorkloadView, workload_view
 

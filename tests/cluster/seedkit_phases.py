@@ -345,7 +345,7 @@ async def planned(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vgpu_operator.cli",
+        "vgpu_operator.commands.cli",
         "plan",
         *target,
         "--kubeconfig",

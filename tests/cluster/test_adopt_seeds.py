@@ -48,7 +48,7 @@ from tests.cluster.volcano_env import text
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.core.nodefacts import node_facts
+from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.kubeapi import policy_path
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 

@@ -42,7 +42,7 @@ from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import configmap_path
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.validate import parse_policy
 from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig

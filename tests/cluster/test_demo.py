@@ -53,7 +53,7 @@ SCHED_NS, SCHED_CM, SCHED_KEY = (
 )
 
 
-async def cli(*args: str, command: str = "vgpu_operator.cli") -> tuple[int, str, str]:
+async def cli(*args: str, command: str = "vgpu_operator.commands.cli") -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -254,7 +254,7 @@ async def check_running_demo(
             assert code == 0, out + err
             assert "nothing would change" in out
         code, out, err = await cli(
-            "--kubeconfig", str(kubeconfig), command="vgpu_operator.kubectl_plugin"
+            "--kubeconfig", str(kubeconfig), command="vgpu_operator.commands.kubectl_plugin"
         )
         assert code == 0, err
         rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
@@ -281,7 +281,7 @@ async def check_running_demo(
 
 def test_demo_converges_checks_out_and_ctrl_c_removes_everything(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vgpu_operator.cli", "demo"],
+        [sys.executable, "-m", "vgpu_devcluster.cli", "demo"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -311,7 +311,7 @@ def test_demo_converges_checks_out_and_ctrl_c_removes_everything(tmp_path: Path)
         workdir = str(Path(kubeconfig).parent)
         endpoints = metrics_endpoints(seen)
         agents = subprocess.run(
-            ["pgrep", "-f", f"vgpu_operator.cli agent --node .*{workdir}"],
+            ["pgrep", "-f", f"vgpu_operator.commands.cli agent --node .*{workdir}"],
             capture_output=True,
             check=False,
         )

@@ -22,7 +22,7 @@ from vgpu_devcluster import binaries
 from vgpu_devcluster.gitops_crds import ensure_gitops_crds
 from vgpu_devcluster.install import OPERATOR_NAMESPACE, apply, chart_dir, ensure_namespace
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.validate import parse_policy
 
 pytestmark = pytest.mark.cluster
 

@@ -188,7 +188,7 @@ async def run_hook(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vgpu_operator.cli",
+        "vgpu_operator.commands.cli",
         *args,
         *extra,
         "--kubeconfig",

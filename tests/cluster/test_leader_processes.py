@@ -144,7 +144,7 @@ class Replicas:
         argv = [
             sys.executable,
             "-m",
-            "vgpu_operator.cli",
+            "vgpu_operator.commands.cli",
             "run",
             f"--kubeconfig={self.kubeconfig}",
             f"--identity={identity}",

@@ -33,7 +33,7 @@ async def plan(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vgpu_operator.cli",
+        "vgpu_operator.commands.cli",
         "plan",
         "--kubeconfig",
         str(kubeconfig),

@@ -15,7 +15,7 @@ from tests.cluster.helpers import NodeFactory, eventually
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
 from vgpu_operator.controller.pods import PodIndex
-from vgpu_operator.core.pods import gpu_resources
+from vgpu_operator.core.rollout.gpu_pods import gpu_resources
 from vgpu_operator.kubeapi import Gone, WatchOptions
 from vgpu_operator.kubeapi import watch as kwatch
 from vgpu_operator.models.config import OperatorConfig

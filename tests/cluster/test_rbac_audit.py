@@ -63,7 +63,7 @@ from vgpu_devcluster.install import (
     install_cleanup_access,
 )
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.cleanup import Cleanup
+from vgpu_operator.commands.cleanup import Cleanup
 from vgpu_operator.controller.snapshot import workload_path
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.placement import PlacementRecord

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from tests.cluster.helpers import NodeFactory, PolicyFactory, eventually, patch_spec, unique
 from tests.cluster.rolloutkit import cordoned, gpu_pod, pod, pool_spec, rollout_of, wait_running
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.cleanup import Cleanup
+from vgpu_operator.commands.cleanup import Cleanup
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.models.config import OperatorConfig
 

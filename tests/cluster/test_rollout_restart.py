@@ -77,7 +77,7 @@ def example_spec() -> dict[str, Any]:
 
 
 def start_operator(kubeconfig: str, log: Path, metrics_port: int = 0) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "vgpu_operator.cli", "run", f"--kubeconfig={kubeconfig}"]
+    argv = [sys.executable, "-m", "vgpu_operator.commands.cli", "run", f"--kubeconfig={kubeconfig}"]
     if metrics_port:
         argv.append(f"--metrics-port={metrics_port}")
     config = log.parent / "operator-config.yaml"

@@ -97,7 +97,7 @@ async def test_report_mode_writes_nothing_and_enforce_does(
     events = await warning_events(api, SCHED_NS, SCHED_CM)
     assert events["ConfigDeviceConfigLocation"] == 1, events
     # the node has no entry and its policy's is what its plugin uses without one: nothing for
-    # the plugin to re-read, so no warning (core.adoption_config); enforce still writes it
+    # the plugin to re-read, so no warning (core.volcano.config_adoption); enforce still writes it
     node_events = await warning_events(api, PLUGIN_NS, NODE_CM)
     assert node_events["ConfigNodeConfigRendered"] == 0, node_events
     assert (

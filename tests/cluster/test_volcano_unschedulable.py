@@ -30,7 +30,7 @@ from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import configmap_path
-from vgpu_operator.core.unschedulable import REASONS
+from vgpu_operator.core.volcano.unschedulable import REASONS
 
 __all__ = ["volcano_env", "volcano_operator"]
 

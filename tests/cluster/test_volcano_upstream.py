@@ -43,7 +43,7 @@ from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import configmap_path, read_snapshot, workload_path
 from vgpu_operator.core.rules import run_rules
-from vgpu_operator.core.rules.placement import placement_patch_text, placements
+from vgpu_operator.core.volcano.placement import placement_patch_text, placements
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 from vgpu_operator.models.volcano_views import parse_scheduler_conf

@@ -19,7 +19,7 @@ from tests.cluster.helpers import eventually
 from vgpu_devcluster import binaries, upstream
 from vgpu_devcluster.install import apply, object_path
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.validate import parse_policy
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.policy import VGPUNodePolicySpec
 from vgpu_operator.models.volcano import POD_VGPU_MODE

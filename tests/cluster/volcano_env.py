@@ -30,10 +30,12 @@ from vgpu_operator.controller.snapshot import (
     read_snapshot,
     workload_path,
 )
-from vgpu_operator.core.render import render_device_config, render_node_config
-from vgpu_operator.core.rules import ClusterSnapshot, Finding, run_rules
-from vgpu_operator.core.rules.placement import reaches
-from vgpu_operator.core.status import timestamp
+from vgpu_operator.core.nodes.status import timestamp
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.core.rules.base import Finding
+from vgpu_operator.core.volcano.placement import reaches
+from vgpu_operator.core.volcano.render import render_device_config, render_node_config
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig, Owned
 from vgpu_operator.models.policy import Taint

@@ -43,7 +43,7 @@ async def run_doctor(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vgpu_operator.cli",
+        "vgpu_operator.commands.cli",
         "doctor",
         "--kubeconfig",
         str(kubeconfig),

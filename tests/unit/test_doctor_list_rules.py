@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vgpu_operator import doctor
+from vgpu_operator.commands import doctor
 from vgpu_operator.core.rules import RULES
 from vgpu_operator.models.config import OperatorConfig, load_config
 from vgpu_operator.models.config_refs import AUTO

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from vgpu_operator import contract, kubectl_plugin
+from vgpu_operator import contract
+from vgpu_operator.commands import kubectl_plugin
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, RegisteredGpu, encode_register
 
 
 def test_console_script_is_kubectl_vgpu() -> None:
     # kubectl runs `kubectl-vgpu` from PATH for `kubectl vgpu ...`
     [script] = [e for e in entry_points(group="console_scripts") if e.name == "kubectl-vgpu"]
-    assert script.value == "vgpu_operator.kubectl_plugin:main"
+    assert script.value == "vgpu_operator.commands.kubectl_plugin:main"
 
 
 def policy(name: str, mode: str, ready: str, consistent: str | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from vgpu_operator import logs
-from vgpu_operator.cli import build_parser
+from vgpu_operator.commands.cli import build_parser
 
 FORGED = (
     "device-config.yaml:\n2026-01-01 00:00:00,000 ERROR vgpu_operator forged\u2028line\r\x1b[2J"

@@ -14,7 +14,7 @@ from vgpu_operator.agent import metrics as agent_metrics
 from vgpu_operator.agent.apply import Outcome, Reason
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
 from vgpu_operator.controller import metrics
-from vgpu_operator.core.nodefacts import node_facts
+from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 

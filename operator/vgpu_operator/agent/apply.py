@@ -1,4 +1,5 @@
-"""The executor: observe, plan (core.mig), run the steps GPU by GPU through nvidia-smi, read back,
+"""The executor: observe, plan (core.mig.partition), run the steps GPU by GPU through nvidia-smi,
+read back,
 verify, and return a terminal Outcome: `success`, `failed` (with a reason) or `blocked` (with the
 processes). Every path, errors and timeouts included, ends in one of the three.
 
@@ -8,12 +9,13 @@ processes). Every path, errors and timeouts included, ends in one of the three.
   (NVIDIA/mig-parted#9, NVIDIA/gpu-operator#603). Hopper and later are never reset for a mode
   change: a reset or reboot clears their MIG mode; a pending one means a client holds the GPU
   (`held by another client`).
-- Two phases (core.mig): GPUs whose driver listed no profiles while MIG was off get their mode
+- Two phases (core.mig.partition): GPUs whose driver listed no profiles while MIG was off get their
+mode
   first; the profiles are then read again and their instances planned and applied.
 - Before a reset and when the driver refuses a destroy as "in use", running compute processes are
   looked up again: the GPU is `blocked` with them, nothing is destroyed (the plan already blocks
   GPUs that had processes when it was made).
-- Success is reported only from a read-back that matches (core.mig_verify), never from a write.
+- Success is reported only from a read-back that matches (core.mig.verify), never from a write.
 - A timeout stops the run: a hung nvidia-smi would only hang again. A call that cannot even be
   ended (agent.smi) marks its GPU unhealthy in the inventory, with the reason `GPU unhealthy`.
 
@@ -31,9 +33,9 @@ from typing import Literal
 from vgpu_operator.agent.observe import observe, processes_on, read_back
 from vgpu_operator.agent.parse import SmiErrorKind
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
-from vgpu_operator.core.mig import GpuPlan, LayoutError, Step, StepKind, plan_node
-from vgpu_operator.core.mig_catalog import arch_for_name
-from vgpu_operator.core.mig_verify import verify, verify_gpu
+from vgpu_operator.core.mig.partition import GpuPlan, LayoutError, Step, StepKind, plan_node
+from vgpu_operator.core.mig.verify import verify, verify_gpu
+from vgpu_operator.models.gpu_catalog import arch_for_name
 from vgpu_operator.models.inventory import GpuInfo, Inventory, ProcessInfo
 from vgpu_operator.models.node import NodeConfig
 
@@ -126,7 +128,7 @@ async def reconcile_gpus(
     on_step: Callable[[Step], None] | None = None,
 ) -> Outcome:
     """Make the node's GPUs match `desired`; `previous` is the configuration last applied
-    successfully (core.mig: it decides whether a dynamic configuration is a switch).
+    successfully (core.mig.partition: it decides whether a dynamic configuration is a switch).
 
     Always returns a terminal Outcome; only cancellation propagates (it kills the running
     nvidia-smi first, agent.smi)."""

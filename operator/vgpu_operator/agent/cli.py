@@ -27,7 +27,7 @@ ENV_NODE = "NODE_NAME"
 
 
 def add_subcommand(sub: Any) -> None:
-    """Register `agent` on the CLI's subparsers (vgpu_operator.cli)."""
+    """Register `agent` on the CLI's subparsers (vgpu_operator.commands.cli)."""
     agent = sub.add_parser("agent", help="the node agent: apply the node's MIG configuration")
     agent.add_argument("--node", default=os.environ.get(ENV_NODE), help="default: $NODE_NAME")
     agent.add_argument("--kubeconfig", help="default: $KUBECONFIG, in-cluster, then ~/.kube/config")

@@ -33,7 +33,7 @@ from vgpu_operator.agent.apply import Outcome, Reason, observe, reconcile_gpus
 from vgpu_operator.agent.decide import Memory, NodeView, Released, Trigger, node_view
 from vgpu_operator.agent.nodeapi import NodeApi
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
-from vgpu_operator.core.mig import plan_node
+from vgpu_operator.core.mig.partition import plan_node
 from vgpu_operator.kubeapi.events import event_body
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.waiting import wait_set

@@ -5,7 +5,7 @@ Calls: one `--query-gpu`, one `--query-compute-apps`, and, when a GPU is MIG-cap
 `mig -i N -lci`. After an apply, `read_back` reads one GPU's mode and instances again.
 Profiles come from the driver; when it lists none (drivers up to 535 with MIG off:
 NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `ErrNoProfilesDiscovered`) they come from
-core.mig_catalog and are marked `catalog`: the planner then only turns MIG on and plans the
+models.gpu_catalog and are marked `catalog`: the planner then only turns MIG on and plans the
 instances from the driver's listing read afterwards.
 """
 
@@ -15,8 +15,8 @@ from typing import Literal
 
 from vgpu_operator.agent.parse import GpuRow, PlacementRow, ProcRow, ProfileRow
 from vgpu_operator.agent.smi import NvidiaSmi
-from vgpu_operator.core.mig import profile_info
-from vgpu_operator.core.mig_catalog import GpuModel, model_for_name
+from vgpu_operator.core.mig.partition import profile_info
+from vgpu_operator.models.gpu_catalog import GpuModel, model_for_name
 from vgpu_operator.models.inventory import (
     ComputeInstance,
     GpuInfo,

@@ -47,10 +47,10 @@ from vgpu_operator.controller.snapshot import (
 from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.core.findings import CONDITION, ConditionValue
-from vgpu_operator.core.nodefacts import NodeFacts
-from vgpu_operator.core.pods import gpu_resources
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.rules.plugin_refusal import PluginNodeValues, plugin_node_values
+from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.rollout.gpu_pods import gpu_resources
+from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues, plugin_node_values
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.kubeapi.events import EventPoster
 from vgpu_operator.models.config import OperatorConfig
@@ -198,10 +198,10 @@ class Controller:
 
     async def wait_reconcile_sources(self) -> None:
         """`wait_synced`, and the DaemonSets when they are watched: the plugin's version and
-        flags decide which policies are refused (`core.rules.plugin_refusal`). A DaemonSet
+        flags decide which policies are refused (`core.volcano.plugin_refusal`). A DaemonSet
         listing that does not come (RBAC, an apiserver error) must not stop the node writes:
         after `DAEMONSETS_WAIT` seconds the passes start without it (nothing is refused then;
-        a change the plugin cannot apply fails its first node, `core.rollout_plugin`)."""
+        a change the plugin cannot apply fails its first node, `core.rollout.plugin`)."""
         await self.wait_synced()
         if self.volcano is not None and not await wait_set(self.daemonsets.synced, DAEMONSETS_WAIT):
             log.warning(

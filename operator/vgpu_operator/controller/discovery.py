@@ -1,4 +1,5 @@
-"""Discovery's shell: read what core.discovery needs, once, at start, and log what it resolved.
+"""Discovery's shell: read what core.volcano.discovery needs, once, at start, and log what it
+resolved.
 
 Reads only, and only when the config holds an `auto`: one listing of Deployments and one of
 DaemonSets across the cluster, then a GET per ConfigMap `configmaps_to_read` names (404:
@@ -16,7 +17,7 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.snapshot import configmap_path, get_or_none, list_all
-from vgpu_operator.core.discovery import Discovery, configmaps_to_read, describe, discover
+from vgpu_operator.core.volcano.discovery import Discovery, configmaps_to_read, describe, discover
 from vgpu_operator.models.config import OperatorConfig
 
 log = logging.getLogger("vgpu_operator.discovery")

@@ -15,9 +15,9 @@ from typing import Any
 
 from vgpu_operator.controller.reconciler import PolicyEntry
 from vgpu_operator.controller.snapshot import compact_node
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
-from vgpu_operator.core.pods import interned
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
+from vgpu_operator.core.nodes.validate import parse_policy
+from vgpu_operator.core.rollout.gpu_pods import interned
 
 
 @dataclass(frozen=True)

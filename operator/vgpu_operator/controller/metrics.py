@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from prometheus_client import Counter, Gauge, Histogram
 
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import NodeFacts
+from vgpu_operator.core.nodes.facts import NodeFacts
 
 RECONCILES = Counter(
     "vgpu_operator_reconciliations_total",

@@ -16,9 +16,9 @@ from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.observe import Observer
 from vgpu_operator.core.backoff import Backoff
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
-from vgpu_operator.core.nodestate import ClusterPlan, NodePlan
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
+from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan
+from vgpu_operator.core.nodes.validate import ParsedPolicy
 
 log = logging.getLogger("vgpu_operator.reconciler")
 

@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_operator import kubeapi
-from vgpu_operator.core.adoption import OnDelete, with_on_delete_default
-from vgpu_operator.core.nodefacts import NodeFacts
-from vgpu_operator.core.nodestate import ClusterPlan
+from vgpu_operator.core.nodes.adoption import OnDelete, with_on_delete_default
+from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.planner import ClusterPlan
+from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.observe import (
     CONDITION,
     ConditionValue,
@@ -31,9 +32,7 @@ from vgpu_operator.core.observe import (
     observed_condition,
 )
 from vgpu_operator.core.plan import plan
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.rules.snapshot import meta
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 
 log = logging.getLogger("vgpu_operator.observe")
 

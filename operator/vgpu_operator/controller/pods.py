@@ -3,9 +3,11 @@
 The API cannot select pods by what they request, so the watch (`kubeapi.list_watch` through the
 lean informer) takes every pod that has not finished (`status.phase!=Succeeded,
 status.phase!=Failed`: a pod that finishes leaves the selection and arrives as DELETED) and
-keeps only those whose containers request or limit a GPU resource (`core.pods.holds_gpu`: the
+keeps only those whose containers request or limit a GPU resource
+(`core.rollout.gpu_pods.holds_gpu`: the
 configured vGPU names, Volcano's own, `nvidia.com/gpu`, `nvidia.com/mig-*`,
-`huawei.com/Ascend*`, legacy GPU sharing), cut down to the fields read (`core.pods.compact_pod`).
+`huawei.com/Ascend*`, legacy GPU sharing), cut down to the fields read
+(`core.rollout.gpu_pods.compact_pod`).
 The listing is reduced page by page: 50,000 pods are never held at once.
 
 Readers: the configuration reconciler (the stranded and legacy pod rules), the unschedulable
@@ -21,7 +23,7 @@ from typing import Any
 
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.informer import DELETED, Change, Informer
-from vgpu_operator.core.pods import (
+from vgpu_operator.core.rollout.gpu_pods import (
     RUNNING_OR_PENDING,
     GpuResources,
     Obj,

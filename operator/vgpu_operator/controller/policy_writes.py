@@ -17,11 +17,11 @@ from vgpu_operator.controller import metrics
 from vgpu_operator.controller.observe import CONDITION as OBSERVED
 from vgpu_operator.controller.observe import Observer
 from vgpu_operator.core.backoff import Backoff
-from vgpu_operator.core.nodefacts import NodeFacts
-from vgpu_operator.core.nodestate import ClusterPlan
-from vgpu_operator.core.rollout import parse_rollout
-from vgpu_operator.core.status import compute_status, status_patch
-from vgpu_operator.core.validate import REFUSED_REASON, ParsedPolicy
+from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.planner import ClusterPlan
+from vgpu_operator.core.nodes.status import compute_status, status_patch
+from vgpu_operator.core.nodes.validate import REFUSED_REASON, ParsedPolicy
+from vgpu_operator.core.rollout.decide import parse_rollout
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
 
 log = logging.getLogger("vgpu_operator.reconciler")
@@ -117,7 +117,7 @@ class PolicyWrites:
     def _warn_refused(
         self, parsed: Iterable[ParsedPolicy], policies: Mapping[str, PolicyEntry]
     ) -> None:
-        """One Warning Event per refused policy and refusal (`core.rules.plugin_refusal`), and
+        """One Warning Event per refused policy and refusal (`core.volcano.plugin_refusal`), and
         the log; again only after the refusal went away and came back."""
         now: set[tuple[str, str]] = set()
         for p in parsed:
@@ -175,7 +175,7 @@ class PolicyWrites:
 
 def _leaving(facts: NodeFacts, policy: str) -> bool:
     """The node is still in a transition charged to `policy`: after a leave's release its label
-    is gone, but its cordon and paused clients are undone only at the end (`core.rollout_leave`);
+    is gone, but its cordon and paused clients are undone only at the end (`core.rollout.leave`);
     the policy's finalizer waits for that too."""
     if contract.ANN_ROLLOUT not in facts.annotations:
         return False

@@ -32,15 +32,15 @@ from vgpu_operator.controller.policy_writes import (
     export_gauges,
 )
 from vgpu_operator.controller.rollout import RolloutDriver
-from vgpu_operator.core.adoption import OnDelete, with_on_delete_default
 from vgpu_operator.core.backoff import Backoff
-from vgpu_operator.core.events import node_events, policy_event
-from vgpu_operator.core.nodefacts import NodeFacts
-from vgpu_operator.core.nodestate import ClusterPlan, NodePlan, plan_cluster
-from vgpu_operator.core.rollout_leave import plan_with_leaves
-from vgpu_operator.core.rollout_step import NodeStep
-from vgpu_operator.core.rules.plugin_refusal import PluginNodeValues, refuse_ignored
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.nodes.adoption import OnDelete, with_on_delete_default
+from vgpu_operator.core.nodes.events import node_events, policy_event
+from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan, plan_cluster
+from vgpu_operator.core.nodes.step import NodeStep
+from vgpu_operator.core.nodes.validate import ParsedPolicy
+from vgpu_operator.core.rollout.leave import plan_with_leaves
+from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues, refuse_ignored
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.waiting import run_passes
 
@@ -64,7 +64,7 @@ class ReconcilerOptions:
     require_gpu_evidence: bool = True
     # `mode: observe`: no node written, what enforce would write reported (controller.observe)
     observe: bool = False
-    on_delete: OnDelete = "Delete"  # the default of a policy's spec.onDelete (core.adoption)
+    on_delete: OnDelete = "Delete"  # the default of a policy's spec.onDelete (core.nodes.adoption)
 
     def for_config(self, config: OperatorConfig) -> ReconcilerOptions:
         """These options with what the operator config decides for the policy reconciler."""
@@ -239,7 +239,7 @@ class Reconciler(NodeWrites, PolicyWrites):
 
     def _plan(self, targets: Iterable[NodeFacts], parsed: list[ParsedPolicy]) -> ClusterPlan:
         """The node plans of this pass: the rollout's steps carried, and a leaving node kept as
-        its pool's until its step releases it (`core.rollout_leave`)."""
+        its pool's until its step releases it (`core.rollout.leave`)."""
         return plan_with_leaves(
             targets,
             parsed,
@@ -255,7 +255,7 @@ class Reconciler(NodeWrites, PolicyWrites):
         them (each plan is also put in `into`): the first PATCH leaves after one chunk's
         planning, not after the whole cluster's (about 1.2 s at 5,000 nodes), and planning goes
         on while the apiserver answers. A node's plan depends on that node and the policies
-        only (`core.selection`), so chunks plan exactly as the whole would."""
+        only (`core.nodes.selection`), so chunks plan exactly as the whole would."""
         for start in range(0, len(targets), PLAN_CHUNK):
             part = self._plan(targets[start : start + PLAN_CHUNK], parsed).plans
             into.update(part)

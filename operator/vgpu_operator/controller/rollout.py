@@ -1,4 +1,5 @@
-"""The shell of safe transitions: reads what `core.rollout` decides from, and does what only it can.
+"""The shell of safe transitions: reads what `core.rollout.decide` decides from, and does what only
+it can.
 
 Each pass of the policy reconciler asks `decide` for every node's step (from the Nodes, their
 `vgpu.volcano.sh/rollout` records, the pod index's GPU pods, the plugin's registrations and what
@@ -20,13 +21,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.core.nodefacts import NodeFacts
-from vgpu_operator.core.nodestate import NodePlan
-from vgpu_operator.core.pods import gpu_pod_of
-from vgpu_operator.core.rollout import GpuPod, PluginReading, RolloutPlan, decide_cluster
-from vgpu_operator.core.rollout_plugin import plugin_readings
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.planner import NodePlan
+from vgpu_operator.core.nodes.validate import ParsedPolicy
+from vgpu_operator.core.rollout.decide import GpuPod, PluginReading, RolloutPlan, decide_cluster
+from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of
+from vgpu_operator.core.rollout.plugin import plugin_readings
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
 log = logging.getLogger("vgpu_operator.rollout")

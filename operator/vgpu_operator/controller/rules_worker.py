@@ -38,7 +38,7 @@ from vgpu_operator.core.rules.base import (
     Rule,
     RuleResults,
 )
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 
 log = logging.getLogger("vgpu_operator.rules")
 

@@ -23,14 +23,14 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
-from vgpu_operator.core.pods import (
+from vgpu_operator.core.rollout.gpu_pods import (
     compact_meta,
     compact_pod,
     label_selector,
     nvidia_plugin_workload,
     pod_key,
 )
-from vgpu_operator.core.rules import ClusterSnapshot
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,

@@ -1,4 +1,4 @@
-"""Warning Events on pods that can never be scheduled (the checks: `core.unschedulable`).
+"""Warning Events on pods that can never be scheduled (the checks: `core.volcano.unschedulable`).
 
 Pods come from the pod index: a pending GPU pod is checked when its event comes, and every
 pending one again after each configuration pass (what the cluster offers may have changed). The
@@ -16,8 +16,8 @@ from typing import Any
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.informer import DELETED, Change
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.unschedulable import Cause, FitContext, causes, fit_context, pending
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.unschedulable import Cause, FitContext, causes, fit_context, pending
 
 log = logging.getLogger("vgpu_operator.unschedulable")
 

@@ -5,7 +5,7 @@ One task, woken by watches (the configured ConfigMaps, DaemonSets and the schedu
 Nodes whose released config, inventory or plugin registration changed; policies), by deferred
 restarts and by a periodic resync. A pass: read a `ClusterSnapshot`, in `enforce` mode write the
 differences of what the operator owns (`volcano_writes`, `workload_writes`) and restart what must
-re-read per the pure planner (`core.restarts`), then run every rule. Findings go out as the
+re-read per the pure planner (`core.volcano.restarts`), then run every rule. Findings go out as the
 `ConfigConsistent` condition of each policy (through the policy reconciler, the only status
 writer), as Warning Events on the objects involved (once per finding) and as the
 `vgpu_operator_findings` metric.
@@ -35,7 +35,6 @@ from vgpu_operator.controller.write_results import (
     retry_at,
     write_backoff,
 )
-from vgpu_operator.core import restarts as planner
 from vgpu_operator.core.findings import (
     ConditionValue,
     config_condition,
@@ -43,9 +42,10 @@ from vgpu_operator.core.findings import (
     finding_key,
     new_finding_events,
 )
-from vgpu_operator.core.restarts import restart_inputs
-from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef
-from vgpu_operator.core.rules.snapshot import meta
+from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.core.volcano import restarts as planner
+from vgpu_operator.core.volcano.restarts import restart_inputs
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 from vgpu_operator.waiting import run_passes, wait_set
@@ -96,7 +96,7 @@ class VolcanoReconciler:
 
     findings: list[Finding] | None = None  # of the last pass; None: not checked yet
     # The last pass's snapshot (after its writes) and when its reading began (the rollout's
-    # waits for the plugin pod and the node-config entry, `core.rollout_plugin`).
+    # waits for the plugin pod and the node-config entry, `core.rollout.plugin`).
     last_snapshot: ClusterSnapshot | None = None
     last_read_at: datetime | None = None
     _read_at: datetime | None = None

@@ -29,7 +29,8 @@ from vgpu_operator.controller.write_results import (
     Writes,
     Written,
 )
-from vgpu_operator.core.render import (
+from vgpu_operator.core.nodes.status import change_stamp
+from vgpu_operator.core.volcano.render import (
     Rendered,
     RenderError,
     render_ascend_node_config,
@@ -38,10 +39,8 @@ from vgpu_operator.core.render import (
     render_scheduler_conf,
     vnpus_section,
 )
-from vgpu_operator.core.restarts import RestartSettings
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.rules.snapshot import annotations_of, meta
-from vgpu_operator.core.status import change_stamp
+from vgpu_operator.core.volcano.restarts import RestartSettings
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, meta
 from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.node import NodeConfig
 

@@ -1,10 +1,11 @@
 """The configuration reconciler's writes to workloads, in `enforce` mode only: the plugin's args
-(versions that take them) and the placement of HAMi's plugin DaemonSets (`core.rules.placement`: a
+(versions that take them) and the placement of HAMi's plugin DaemonSets (`core.volcano.placement`: a
 nodeSelector on the node contract's `vgpu.volcano.sh/device-plugin` and tolerations for the
 policies' taints), in one PATCH per DaemonSet, and the restarts the planner asks for.
 
 A DaemonSet's PATCH restarts its pods: it waits until what the plugin reads has settled, a
-placement change also for `core.restarts.rollout_due`, and it is recorded as a restart. The same
+placement change also for `core.volcano.restarts.rollout_due`, and it is recorded as a restart. The
+same
 PATCH records on the DaemonSet what the placement set (annotation `vgpu.volcano.sh/placement`,
 `models.placement`): `vgpu-operator cleanup` takes off exactly that. Every PATCH carries the
 resourceVersion it was computed from; refusals back off per object (`controller.write_results`).
@@ -27,8 +28,11 @@ from vgpu_operator.controller.write_results import (
     Writes,
     Written,
 )
-from vgpu_operator.core.render import render_plugin_args
-from vgpu_operator.core.restarts import (
+from vgpu_operator.core.nodes.status import change_stamp
+from vgpu_operator.core.volcano.placement import Placement, placements
+from vgpu_operator.core.volcano.plugin_identity import foreign_vgpu_plugin
+from vgpu_operator.core.volcano.render import render_plugin_args
+from vgpu_operator.core.volcano.restarts import (
     RESTARTED_AT,
     RestartAction,
     RestartSettings,
@@ -37,11 +41,7 @@ from vgpu_operator.core.restarts import (
     restarted_at,
     rollout_due,
 )
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.rules.placement import Placement, placements
-from vgpu_operator.core.rules.plugin_identity import foreign_vgpu_plugin
-from vgpu_operator.core.rules.snapshot import known_after, meta, pod_done
-from vgpu_operator.core.status import change_stamp
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, known_after, meta, pod_done
 from vgpu_operator.models.placement import PlacementRecord
 from vgpu_operator.models.volcano_views import workload_view
 
@@ -98,7 +98,7 @@ async def patch_daemonsets(
     for p in placements(s):
         raw = s.daemonset(p.namespace, p.name)
         if p.patch is None or p.excluded or raw is None or p.adopted:
-            continue  # (adopted: already runs exactly there, core.adoption_config)
+            continue  # (adopted: already runs exactly there, core.volcano.config_adoption)
         if p.plugin == "hami" and (p.namespace, p.name) == foreign:
             continue
         key = daemonset_key(p.namespace, p.name)
@@ -137,7 +137,7 @@ def _inputs_settled(
     """When the plugin pods a rollout starts now are sure to read the current configuration: a
     `settle` after the last change of what the plugin reads (this pass's ConfigMap writes
     included), and never in the second of that change (pod start times are whole seconds:
-    `core.restarts`). The placement rollout waits for it, as the planner's restarts do."""
+    `core.volcano.restarts`). The placement rollout waits for it, as the planner's restarts do."""
     inputs = restart_inputs(s)
     changed = [t for t in (inputs.plugin_reads_changed, *inputs.node_entries_changed.values()) if t]
     scheduler_conf = s.config.scheduler.config_map.ref()

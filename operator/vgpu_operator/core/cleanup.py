@@ -1,7 +1,7 @@
 """What `vgpu-operator cleanup` removes from a cluster the operator leaves: pure, no I/O.
 
 - Nodes: everything the ownership record `vgpu.volcano.sh/owned` says the operator set, removed
-  by the same planner that releases a node leaving its pool (`core.nodestate.diff` with no
+  by the same planner that releases a node leaving its pool (`core.nodes.planner.diff` with no
   policy): labels and taints still carrying the recorded value, a user's earlier value of a
   replaced label put back, a user's label or taint never touched, nothing under `kubernetes.io/`
   removed. Then what a node in no pool still keeps while the operator runs, because nobody would
@@ -10,7 +10,7 @@
   GPU Operator's operand switches it paused are put back, a node it cordoned is uncordoned. A
   record that is not trusted (`OwnedRecordUntrusted`) is left with the
   labels and taints it names; only the node contract's own keys go.
-- HAMi's plugin DaemonSets: the placement patch `core.rules.placement.plan_placement` adds is
+- HAMi's plugin DaemonSets: the placement patch `core.volcano.placement.plan_placement` adds is
   reverted as the DaemonSet's own record says (`vgpu.volcano.sh/placement`, written in the same
   PATCH): the nodeSelector entry `vgpu.volcano.sh/device-plugin` and each toleration the
   operator added for the policies' taints, nothing a person set (a DaemonSet that tolerated a
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts, taint_key
-from vgpu_operator.core.nodepatch import Desired, diff
-from vgpu_operator.core.rollout_node import _restored
-from vgpu_operator.core.rules.placement import BLOCKING, SelectorKey, _toleration
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.facts import NodeFacts, node_facts, taint_key
+from vgpu_operator.core.nodes.patch import Desired, diff
+from vgpu_operator.core.nodes.validate import parse_policy
+from vgpu_operator.core.rollout.arrive import restored_operands
+from vgpu_operator.core.volcano.placement import BLOCKING, SelectorKey, toleration_for
 from vgpu_operator.models.placement import PlacementRecord, toleration_key
 from vgpu_operator.models.policy import Taint
 from vgpu_operator.models.rollout import NodeRollout
@@ -105,9 +105,9 @@ def node_cleanup(raw: Mapping[str, Any]) -> Change:
     for key in CONTRACT_LABELS:
         if key in facts.labels:
             labels[key] = None
-    rollout = _rollout(facts, left)
+    rollout = cleanup_rollout(facts, left)
     if rollout is not None:
-        labels.update(_restored(rollout, facts))
+        labels.update(restored_operands(rollout, facts))
         if rollout.cordoned and facts.unschedulable:
             body.setdefault("spec", {})["unschedulable"] = None
     for key in owned_keys:
@@ -129,12 +129,12 @@ def node_cleanup(raw: Mapping[str, Any]) -> Change:
             "the operator); turn MIG off by hand where needed: nvidia-smi -mig 0"
         )
     left += _changed_by_others(facts)
-    did = _node_words(facts, labels, annotations, body.get("spec"))
+    did = node_words(facts, labels, annotations, body.get("spec"))
     patch = body if (labels or annotations or "spec" in body) else None
     return Change("Node", facts.name, None, patch, tuple(did), tuple(left))
 
 
-def _rollout(facts: NodeFacts, left: list[str]) -> NodeRollout | None:
+def cleanup_rollout(facts: NodeFacts, left: list[str]) -> NodeRollout | None:
     try:
         return NodeRollout.from_annotation(facts.annotations.get(contract.ANN_ROLLOUT))
     except ValueError as exc:  # pydantic's ValidationError is one
@@ -161,7 +161,7 @@ def _changed_by_others(facts: NodeFacts) -> list[str]:
     return out
 
 
-def _node_words(
+def node_words(
     facts: NodeFacts,
     labels: Mapping[str, str | None],
     annotations: Mapping[str, str | None],
@@ -245,7 +245,7 @@ def placement_revert(daemonset: Mapping[str, Any], taints: Iterable[Taint] = ())
     if len(kept) != len(tolerations):
         spec["tolerations"] = kept
     if raw is None:
-        ours = {toleration_key(_toleration(t)) for t in taints}
+        ours = {toleration_key(toleration_for(t)) for t in taints}
         if SelectorKey in selector:
             left.append(f"nodeSelector {SelectorKey}={selector[SelectorKey]} ({_UNRECORDED})")
         left += [

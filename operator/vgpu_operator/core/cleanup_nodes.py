@@ -3,7 +3,7 @@ running work allow. Pure: no I/O.
 
 - A node of a policy whose `onDelete` is `Retain` (its own, else the operator config's `onDelete`)
   is left as it is and only stops being managed, as the controller does when such a policy is
-  deleted (`core.adoption.retain_patch`): the ownership record, the desired configuration and
+  deleted (`core.nodes.adoption.retain_patch`): the ownership record, the desired configuration and
   the policy label go, `vgpu.volcano.sh/retained=<policy>` marks it; its labels, taints, MIG
   layout, released configuration and HAMi's placement label stay. A transition under way is
   undone first (the GPU Operator's operands it paused put back, its cordon lifted), since
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core import adoption
-from vgpu_operator.core.cleanup import Change, _node_words, _rollout, node_cleanup
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
-from vgpu_operator.core.rollout_node import _restored
-from vgpu_operator.core.validate import ParsedPolicy, parse_policy
+from vgpu_operator.core.cleanup import Change, cleanup_rollout, node_cleanup, node_words
+from vgpu_operator.core.nodes import adoption
+from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
+from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
+from vgpu_operator.core.rollout.arrive import restored_operands
 
 MAX_NAMED_PODS = 5
 
@@ -84,15 +84,15 @@ def _retain(raw: Mapping[str, Any]) -> Change:
     metadata = body["metadata"]
     labels: dict[str, str | None] = dict(metadata.get("labels") or {})
     left: list[str] = []
-    record = _rollout(facts, left)
+    record = cleanup_rollout(facts, left)
     if record is not None:
-        labels.update(_restored(record, facts))
+        labels.update(restored_operands(record, facts))
         if record.cordoned and facts.unschedulable:
             body["spec"] = {"unschedulable": None}
     if labels:
         metadata["labels"] = dict(sorted(labels.items()))
     annotations = metadata.get("annotations") or {}
-    did = _node_words(facts, labels, annotations, body.get("spec"))
+    did = node_words(facts, labels, annotations, body.get("spec"))
     did.append(f"marked {contract.ANN_RETAINED}={facts.policy_label}: no longer managed")
     left.append(
         f"its labels, taints, MIG layout and released configuration (policy "
@@ -130,5 +130,5 @@ def node_outcome(
 
 def _cordoned_by_us(facts: NodeFacts) -> bool:
     left: list[str] = []
-    record = _rollout(facts, left)
+    record = cleanup_rollout(facts, left)
     return record is not None and record.cordoned and bool(facts.unschedulable)

@@ -2,7 +2,7 @@
 object in words a person checks against the cluster.
 
 In `observe` mode the operator reads everything and writes nothing but its own policies' status
-and Events. The node plans are the reconciler's own (`core.nodestate.plan_cluster`, as if every
+and Events. The node plans are the reconciler's own (`core.nodes.planner.plan_cluster`, as if every
 change were released at once); the Volcano/HAMi side is `core.plan.plan` run on the
 configuration pass's snapshot as `enforce` would see it. `controller.observe` posts one Event per
 object and change, logs it, and puts the summary in each policy's `Observed` condition.
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_operator.core.nodefacts import NodeFacts, taint_key
-from vgpu_operator.core.nodestate import ClusterPlan
+from vgpu_operator.core.nodes.facts import NodeFacts, taint_key
+from vgpu_operator.core.nodes.planner import ClusterPlan
 from vgpu_operator.core.plan import Plan
 
 CONDITION = "Observed"
@@ -103,7 +103,8 @@ _ACTION_KINDS = {"rollout-deployment": "Deployment", "rollout-daemonset": "Daemo
 def _split(line: str) -> tuple[str, str, str, str]:
     """One of core.plan's restart lines -> (kind, namespace, name, reason). Two forms: an action
     due now, `rollout-deployment ns/name: reason`, and one deferred by the restart interval,
-    `deployment/ns/name at TIME: reason` (`core.restarts` ledger keys; `plugin-pod/<node>`, the
+    `deployment/ns/name at TIME: reason` (`core.volcano.restarts` ledger keys; `plugin-pod/<node>`,
+    the
     plugin pod on a node, is said on the Node). The reason and the time hold colons of their
     own."""
     first = line.split(" ", 1)[0]

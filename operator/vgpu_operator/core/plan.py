@@ -3,16 +3,16 @@ policy is applied, without doing it.
 
 From one snapshot (what `doctor` reads) and the policies, it runs the operator's own decisions in
 order, each on the state the previous one leaves:
-1. the rollout (`core.rollout.decide_cluster`, from each node's GPU pods and the plugin's
+1. the rollout (`core.rollout.decide.decide_cluster`, from each node's GPU pods and the plugin's
    registration, as the controller hands them): which changes are disruptive (a mode or MIG
-   layout change, `core.rollout_node.change_kind`), which nodes it takes now (cordon, drain)
+   layout change, `core.rollout.arrive.change_kind`), which nodes it takes now (cordon, drain)
    and which wait for room in the budget, and so the order (`maxUnavailable` at a time);
-2. the nodes: `core.nodestate.plan_cluster` with the rollout's steps (selection, ownership, the
+2. the nodes: `core.nodes.planner.plan_cluster` with the rollout's steps (selection, ownership, the
    one PATCH per node, what is held back); the GPU pods running on each disruptive node;
 3. the ConfigMaps rendered from the nodes' released configurations once every node is released
-   (each PATCH replayed, `core.mergepatch`), as unified diffs, and the DaemonSet patches
-   (`core.plan_config`), each replayed on the snapshot;
-4. the restarts the planner asks for on that state (`core.restarts.plan_restarts`), with the
+   (each PATCH replayed, `core.nodes.mergepatch`), as unified diffs, and the DaemonSet patches
+   (`core.volcano.writes`), each replayed on the snapshot;
+4. the restarts the planner asks for on that state (`core.volcano.restarts.plan_restarts`), with the
    ConfigMaps stamped as changed now;
 5. the findings of every rule on that state (`core.rules.run_rules`) against those of now: what
    would appear and what would go.
@@ -29,22 +29,29 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vgpu_operator.core import plan_config
-from vgpu_operator.core.mergepatch import apply_merge_patch
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import NodePlan, plan_cluster
-from vgpu_operator.core.plan_config import ConfigMapChange, WorkloadPatch
-from vgpu_operator.core.pods import gpu_pod_of, gpu_resources, holds_gpu
-from vgpu_operator.core.restarts import RestartSettings, plan_restarts, restart_inputs
-from vgpu_operator.core.rollout import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
-from vgpu_operator.core.rollout_leave import plan_with_leaves
-from vgpu_operator.core.rollout_node import change_kind
-from vgpu_operator.core.rollout_step import NodeStep
-from vgpu_operator.core.rules import ClusterSnapshot, Finding, run_rules
-from vgpu_operator.core.rules.plugin_refusal import refuse_ignored, snapshot_plugin_values
-from vgpu_operator.core.rules.snapshot import annotations_of, meta, name_of, pod_done
-from vgpu_operator.core.status import change_stamp
-from vgpu_operator.core.validate import ParsedPolicy
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
+from vgpu_operator.core.nodes.planner import NodePlan, plan_cluster
+from vgpu_operator.core.nodes.status import change_stamp
+from vgpu_operator.core.nodes.step import NodeStep
+from vgpu_operator.core.nodes.validate import ParsedPolicy
+from vgpu_operator.core.rollout.arrive import change_kind
+from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
+from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds_gpu
+from vgpu_operator.core.rollout.leave import plan_with_leaves
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.core.rules.base import Finding
+from vgpu_operator.core.volcano import writes as config_writes
+from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored, snapshot_plugin_values
+from vgpu_operator.core.volcano.restarts import RestartSettings, plan_restarts, restart_inputs
+from vgpu_operator.core.volcano.snapshot import (
+    ClusterSnapshot,
+    annotations_of,
+    meta,
+    name_of,
+    pod_done,
+)
+from vgpu_operator.core.volcano.writes import ConfigMapChange, WorkloadPatch
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import VGPUNodePolicySpec
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
@@ -57,13 +64,13 @@ class NodeChange:
     """One node the operator would write (or could not)."""
 
     node: str
-    action: str  # core.nodestate's: configure, update, release, blocked, conflict, held
+    action: str  # core.nodes.planner's: configure, update, release, blocked, conflict, held
     old_owner: str | None
     new_owner: str | None
     old_mode: str | None
     new_mode: str | None
     patch: Mapping[str, Any] | None = None
-    change: str = "none"  # core.rollout_node.change_kind: trivial, restart, disruptive
+    change: str = "none"  # core.rollout.arrive.change_kind: trivial, restart, disruptive
     disruptive: str | None = None  # why the change is disruptive (None: it is not)
     gpu_pods: tuple[str, ...] = ()  # namespace/name of the GPU pods running there
     step: str | None = None  # what the rollout does to the node in this pass
@@ -130,7 +137,7 @@ def _gpu_pods(s: ClusterSnapshot, node: str) -> tuple[str, ...]:
 
 def _disruption(current: NodeConfig | None, wanted: NodeConfig | None) -> str | None:
     """Why a change of the released configuration is disruptive (None: it is not), as the
-    rollout classifies it (`core.rollout_node.change_kind`)."""
+    rollout classifies it (`core.rollout.arrive.change_kind`)."""
     if change_kind(wanted, current) != "disruptive":
         return None
     assert wanted is not None and current is not None
@@ -164,7 +171,7 @@ def _node_change(
     step: NodeStep | None,
     leaving: str | None = None,
 ) -> NodeChange:
-    """`leaving`: the pool the node leaves under the rollout (`core.rollout_leave`): it keeps
+    """`leaving`: the pool the node leaves under the rollout (`core.rollout.leave`): it keeps
     what its pool gave it until the step releases it, and this pass writes only the step."""
     now = node_facts(raw).config
     if leaving is not None:
@@ -271,7 +278,7 @@ def plan(
     """What the operator would do to the cluster `s` in its next pass with `policies` (every
     policy it would see: the live ones, with a proposed one added or put in place of its live
     version). The GPU pods and restart inputs are read off `s` as the controller reads them
-    (`core.pods.gpu_pod_of`, `core.restarts.restart_inputs`)."""
+    (`core.rollout.gpu_pods.gpu_pod_of`, `core.volcano.restarts.restart_inputs`)."""
     parsed = {p.name: p for p in refuse_ignored(policies, snapshot_plugin_values(s))}
     notes: list[str] = []
     for p in parsed.values():
@@ -329,8 +336,8 @@ def plan(
     if not installed:
         notes.append("neither Volcano nor HAMi's plugin is installed: no ConfigMap is rendered")
     elif enforce:
-        after, configmaps = plan_config.configmaps(after, change_stamp(now), notes)
-        after, workloads = plan_config.daemonsets(after)
+        after, configmaps = config_writes.configmaps(after, change_stamp(now), notes)
+        after, workloads = config_writes.daemonsets(after)
         settings = RestartSettings.from_config(s.config, settle_seconds)
         restarts = _restarts(after, settings, now)
     else:

@@ -37,7 +37,8 @@ class AdmissionRule:
         return entry
 
     def error(self) -> str:
-        """The model's error text: `<field>: <message>` (core.validate maps it to the path)."""
+        """The model's error text: `<field>: <message>` (core.nodes.validate maps it to the
+        path)."""
         return f"{self.field.lstrip('.')}: {self.message}" if self.field else self.message
 
 

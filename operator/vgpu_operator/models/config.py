@@ -13,7 +13,8 @@ the fix (`ConfigError`); the operator does not start on it.
 
 Discovery: a namespace, name, data key, container or resource name may be `auto` (a whole
 reference or `resourceNames` too: `deviceConfig: auto`). The operator then resolves it at start
-from the cluster, as the components themselves resolve it (core.discovery), and `doctor` shows
+from the cluster, as the components themselves resolve it (core.volcano.discovery), and `doctor`
+shows
 what it resolved and why. A config holding `auto` is a request, not a value: it is resolved
 before anything reads or writes (`auto_fields`).
 """
@@ -163,7 +164,7 @@ class OperatorConfig(ConfigModel):
             "the Volcano ConfigMaps) or 'observe' (write nothing, report what enforce would do)"
         ),
     )
-    # The default of a policy's spec.onDelete (core.adoption): Retain leaves what the operator
+    # The default of a policy's spec.onDelete (core.nodes.adoption): Retain leaves what the operator
     # set up in place when a policy is deleted (or the operator uninstalled).
     on_delete: Literal["Delete", "Retain"] = Field(
         default="Delete",

@@ -8,7 +8,7 @@ import re
 
 from pydantic import Field, model_validator
 
-from vgpu_operator.core import mig_catalog
+from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.config_refs import ConfigModel, cross_field_error
 from vgpu_operator.models.volcano import MigGeometryEntry
 
@@ -26,7 +26,7 @@ def _compute_slices(models: list[str]) -> tuple[int, str]:
     `NVIDIA-<NVML name>`): the fewest of the known models matched, else the most any MIG GPU
     has; and the model that sets the limit."""
     limit, which = MAX_COMPUTE_SLICES, ""
-    for gpu in mig_catalog.MIG_MODELS.values():
+    for gpu in gpu_catalog.MIG_MODELS.values():
         if any(m and m in f"NVIDIA-{gpu.nvml_name}" for m in models) and (
             gpu.compute_slices < limit
         ):
@@ -90,7 +90,7 @@ class MigGeometries(ConfigModel):
     """The `knownMigGeometries` catalog: entries here first, then the built-in defaults (A30,
     A100 40/80 GB, H100, H200) and the built-in MIG catalog's other models (`builtins`), then,
     for a model none of these knows, entries built from the profiles node agents report
-    (`fromInventory`; only reports that pass core.geometry's sanity check)."""
+    (`fromInventory`; only reports that pass core.volcano.geometry's sanity check)."""
 
     builtins: bool = True
     from_inventory: bool = Field(default=True, alias="fromInventory")

@@ -19,7 +19,7 @@ RESOURCE_NAME = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 
-# A value resolved from the cluster at start (core.discovery) instead of written here.
+# A value resolved from the cluster at start (core.volcano.discovery) instead of written here.
 AUTO = "auto"
 AUTO_RESOURCE_NAME = rf"^(?:{AUTO}$|{RESOURCE_NAME[1:]})"
 

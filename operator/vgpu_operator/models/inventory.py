@@ -3,7 +3,7 @@
 What the hardware really has, per GPU: NVML name, uuid, bus id, memory, MIG capability and mode
 (current and pending), the supported GPU-instance profiles with their IDs, memory, counts and
 placements, and the live GPU and compute instances. The controller validates layouts and builds
-`knownMigGeometries` from it; the agent's planner (core.mig) reads it as "observed".
+`knownMigGeometries` from it; the agent's planner (core.mig.partition) reads it as "observed".
 
 The annotation is compact JSON with sorted keys; running processes are left out of it by default
 (they churn, and the annotation would change on every pod start). An 8 x H100 node with every
@@ -86,7 +86,7 @@ class GpuInfo(_Model):
     index: int
     uuid: str
     name: str  # NVML name, e.g. "NVIDIA H100 80GB HBM3"
-    model: str | None = None  # catalog key when known (core.mig_catalog), e.g. "H100 80GB HBM3"
+    model: str | None = None  # catalog key when known (models.gpu_catalog), e.g. "H100 80GB HBM3"
     bus_id: str
     memory_mib: int
     mig_capable: bool
@@ -116,7 +116,8 @@ class Inventory(_Model):
 
     gpus: list[GpuInfo] = Field(default_factory=list)
     # The hardware part of the configuration the agent last applied successfully, so a restarted
-    # agent still knows whether a dynamic configuration is a switch into dynamic mode (core.mig).
+    # agent still knows whether a dynamic configuration is a switch into dynamic mode
+    # (core.mig.partition).
     applied: NodeConfig | None = None
     error: str | None = None  # why observation was incomplete, if it was
 

@@ -4,7 +4,7 @@ placement (`controller.workload_writes`). It names the nodeSelector entries the 
 each toleration it added, in exactly the form it wrote them; `vgpu-operator cleanup`
 (`core.cleanup.placement_revert`) takes off these and nothing else, so a person's own
 nodeSelector keys and tolerations stay, even one equal to a toleration the operator would add
-(the operator then added none: `core.rules.placement.plan_placement`)."""
+(the operator then added none: `core.volcano.placement.plan_placement`)."""
 
 from __future__ import annotations
 

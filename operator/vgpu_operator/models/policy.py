@@ -6,7 +6,7 @@ Field names are the CRD's (camelCase). Every cross-field rule is declared once, 
 (`x-kubernetes-validations`, the apiserver refuses the object) and its Python predicate runs when
 the model validates (the operator refuses a spec written before the CRD had the rule), both with
 the same field and message (`models.admission`). What CEL cannot express is checked by the
-operator (core.validate). The spec's parts are models of their own: `policy_modes` (hamiCore,
+operator (core.nodes.validate). The spec's parts are models of their own: `policy_modes` (hamiCore,
 ascendVnpu, mig), `policy_rollout` (rollout), `labels` (which label and taint keys are valid).
 """
 
@@ -150,7 +150,7 @@ class VGPUNodePolicySpec(PolicyModel):
         "Operator's mig-manager leaves them (one MIG manager per GPU: the node agent applies no "
         "static layout where it is configured); restored when a node leaves the pool.",
     )
-    # -- adopting a hand-configured cluster and leaving it (core.adoption) --
+    # -- adopting a hand-configured cluster and leaving it (core.nodes.adoption) --
     adopt_existing: bool = Field(
         default=False,
         alias="adoptExisting",

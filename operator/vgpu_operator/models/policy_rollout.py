@@ -1,5 +1,6 @@
 """A policy's `spec.rollout`: how configuration changes reach the pool's nodes, a few at a time
-(`maxUnavailable`), each drained (`drain`) and bounded in time (`core.rollout` carries it out)."""
+(`maxUnavailable`), each drained (`drain`) and bounded in time (`core.rollout.decide` carries it
+out)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The controller writes it in the same PATCH as the step it records (the cordon, the pause, the
 release), so a restarted operator reads exactly what was done and resumes from there
-(`core.rollout`). It is removed when the transition ends; a failed transition keeps it (phase
+(`core.rollout.decide`). It is removed when the transition ends; a failed transition keeps it (phase
 `Failed`, with the reason) until the policy's spec changes or the node no longer needs the
 change.
 """
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # Pausing: the node's vGPU plugin and the GPU Operator's operands told to leave the node; the
 #   release waits until the plugin pod has gone.
 # Applying: `config` released; the node agent applies it; the plugin resumes once the agent
-#   succeeded and the node-config entry renders the release (`core.rollout_plugin`).
+#   succeeded and the node-config entry renders the release (`core.rollout.plugin`).
 # Verifying: the plugin resumed (or restarted by the configuration change); its registration of
 #   the node is checked.
 # Failed: a terminal state; `onFailure` was applied, the reason is in `reason` / `message`.
@@ -29,7 +29,7 @@ PHASES: tuple[Phase, ...] = ("Draining", "Pausing", "Applying", "Verifying", "Fa
 # disruptive: the mode or the MIG layout changes (cordon, drain, pause, apply, verify);
 # restart: only what the device plugin reads changes (split count, scaling): released under the
 #   same budget without cordon or drain, the plugin's registration verified.
-# leave: the node leaves every pool while GPU pods run on it (`core.rollout_leave`): cordon,
+# leave: the node leaves every pool while GPU pods run on it (`core.rollout.leave`): cordon,
 #   drain, pause, then the release removes the operator's labels, taints and entries; `target`
 #   is the configuration it keeps (`{mode: whole-gpu}` after MIG: the agent turns MIG off) or
 #   "" (none); `policy` is the policy it leaves.

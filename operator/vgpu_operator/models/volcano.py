@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from vgpu_operator.core import yamlsafe
+from vgpu_operator import yamlsafe
 
 # Keys written by the HAMi device plugin and by the Volcano scheduler
 # (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/types.go,
@@ -191,7 +191,7 @@ class DeviceConfigFile(_Payload):
 
 def load_yaml_mapping(text: str, what: str) -> dict[str, Any]:
     """YAML 1.1 like the Go readers (yaml.v2); an empty document is an empty mapping. Aliases,
-    integers beyond 64 bits and documents nested too deeply are refused (core.yamlsafe)."""
+    integers beyond 64 bits and documents nested too deeply are refused (yamlsafe)."""
     try:
         raw = yamlsafe.load(text) if text and text.strip() else {}
     except yamlsafe.YamlRefused as exc:

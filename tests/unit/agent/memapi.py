@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
-from vgpu_operator.core.mergepatch import apply_merge_patch
+from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
 
 
 class MemoryNodeApi:

@@ -325,7 +325,7 @@ def test_a30_instance_counts_come_from_the_table() -> None:
     # (NVIDIA/mig-parted@v0.15.0:pkg/mig/discovery/discovery.go `getHardcodedA30Profiles`)
     from vgpu_operator.agent.observe import _profiles
     from vgpu_operator.agent.parse import GpuRow, PlacementRow, ProfileRow
-    from vgpu_operator.core.mig_catalog import MIG_MODELS
+    from vgpu_operator.models.gpu_catalog import MIG_MODELS
 
     row = GpuRow(0, "GPU-x", "NVIDIA A30", "00000000:07:00.0", 24576, True, True)
     found = [ProfileRow(0, "1g.6gb", 14, 1, 1, 5.81, False, 14, 1, 0)]  # the driver says 1

@@ -10,9 +10,9 @@ import pytest
 from vgpu_devcluster.agentproc import AgentProcess, FakeGpus, fake_model
 from vgpu_devcluster.demo import node_table
 from vgpu_devcluster.nodes import GPU_MODELS
-from vgpu_operator import cli
 from vgpu_operator.agent.cli import add_subcommand, cmd_agent
-from vgpu_operator.core.mig_catalog import GPU_MODELS as CATALOG
+from vgpu_operator.commands import cli
+from vgpu_operator.models.gpu_catalog import GPU_MODELS as CATALOG
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -55,7 +55,7 @@ def test_agent_subprocess_command_line(tmp_path: Path) -> None:
     assert [g["model"] for g in gpus.load()["gpus"]] == ["H200", "H200"]
     agent = AgentProcess("n1", tmp_path / "kc", gpus, tmp_path / "log", resync=60, once=True)
     argv = agent.argv()
-    assert argv[1:5] == ["-m", "vgpu_operator.cli", "agent", "--node"]
+    assert argv[1:5] == ["-m", "vgpu_operator.commands.cli", "agent", "--node"]
     assert argv[argv.index("--nvidia-smi") + 1] == str(gpus.binary)
     assert "--resync=60" in argv and argv[-1] == "--once"
 

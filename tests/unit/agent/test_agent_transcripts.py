@@ -12,8 +12,8 @@ from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, reconcile_gpus
 from vgpu_operator.agent.parse import SmiErrorKind, classify, parse_lcip, parse_lgip
 from vgpu_operator.agent.parse_actions import parse_created, parse_list, parse_reset
-from vgpu_operator.core.mig import StepKind, plan_node
-from vgpu_operator.core.mig_verify import verify
+from vgpu_operator.core.mig.partition import StepKind, plan_node
+from vgpu_operator.core.mig.verify import verify
 from vgpu_operator.models.inventory import ComputeInstance, GpuInstance
 
 Make = Callable[..., FakeNode]

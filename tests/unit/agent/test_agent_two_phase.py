@@ -10,7 +10,7 @@ from collections.abc import Callable
 from tests.unit.agent.agentkit import FakeNode
 from tests.unit.mig.migkit import node, static
 from vgpu_operator.agent.apply import Reason, observe, reconcile_gpus
-from vgpu_operator.core.mig import StepKind, plan_node
+from vgpu_operator.core.mig.partition import StepKind, plan_node
 from vgpu_operator.models.inventory import GpuInfo
 
 Make = Callable[..., FakeNode]
@@ -19,8 +19,8 @@ MIXED = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
 
 def hidden(name: str, *, known: bool) -> GpuInfo:
     """A MIG-capable GPU with MIG off whose driver lists no profiles (catalog ones if known)."""
-    from vgpu_operator.core.mig import synthetic_gpu
-    from vgpu_operator.core.mig_catalog import MIG_MODELS
+    from vgpu_operator.core.mig.partition import synthetic_gpu
+    from vgpu_operator.models.gpu_catalog import MIG_MODELS
 
     g = synthetic_gpu(MIG_MODELS["A100 80GB PCIe"], 0)
     if known:

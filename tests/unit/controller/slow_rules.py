@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 from vgpu_operator.core.rules.base import Issue, rule
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, name_of
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, name_of
 
 
 def _has(s: ClusterSnapshot, name: str) -> bool:

@@ -12,7 +12,7 @@ from vgpu_operator.controller import metrics
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
 from vgpu_operator.controller.pods import PodIndex
 from vgpu_operator.controller.unschedulable import UnschedulableWarnings
-from vgpu_operator.core.pods import gpu_resources
+from vgpu_operator.core.rollout.gpu_pods import gpu_resources
 from vgpu_operator.models.config import OperatorConfig
 
 Obj = dict[str, Any]

@@ -1,5 +1,5 @@
 """The policy reconciler with a plugin that cannot apply the policy's per-node values
-(`core.rules.plugin_refusal`): no node is written, the status says Stalled with the field and
+(`core.volcano.plugin_refusal`): no node is written, the status says Stalled with the field and
 the fix, one Warning Event on the policy however many passes; once the plugin can apply them
 (upgraded), the nodes are configured."""
 
@@ -13,9 +13,9 @@ from tests.unit.controller.test_write_backoff import FakeApi
 from tests.unit.core.nodekit import parsed, policy
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
-from vgpu_operator.core.rules.plugin_refusal import PluginNodeValues
-from vgpu_operator.core.validate import REFUSED_REASON
+from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
+from vgpu_operator.core.nodes.validate import REFUSED_REASON
+from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues
 from vgpu_operator.models.volcano_views import Version
 
 SPLIT_5 = {

@@ -14,7 +14,7 @@ from vgpu_operator.controller.app import Controller, Settings, after
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
 from vgpu_operator.controller.kept import IndexedNode, indexed_node
 from vgpu_operator.controller.volcano import VolcanoOptions
-from vgpu_operator.core.nodefacts import NodeFacts
+from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.kubeapi.credentials import Credentials
 
 

@@ -16,7 +16,7 @@ from tests.unit.core.nodekit import apply, node, parsed, policy
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.core.backoff import Backoff
-from vgpu_operator.core.nodefacts import NodeFacts, node_facts
+from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
 
 HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
 DENIED = "nodes \"n1\" is forbidden: ValidatingAdmissionPolicy 'deny' denied request"

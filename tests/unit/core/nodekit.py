@@ -7,10 +7,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core.mergepatch import apply_merge_patch
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import ClusterPlan, plan_cluster
-from vgpu_operator.core.validate import ParsedPolicy, parse_policy
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
+from vgpu_operator.core.nodes.planner import ClusterPlan, plan_cluster
+from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
 
 GPU_LABELS: dict[str, dict[str, str]] = {
     "a100": {

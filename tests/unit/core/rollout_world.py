@@ -12,10 +12,10 @@ from typing import Any
 
 from tests.unit.core.nodekit import apply, node, parsed, policy
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.rollout import GpuPod, PluginReading, RolloutPlan, decide_cluster
-from vgpu_operator.core.rollout_leave import plan_with_leaves
-from vgpu_operator.core.rollout_step import OPERAND_LABELS
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.step import OPERAND_LABELS
+from vgpu_operator.core.rollout.decide import GpuPod, PluginReading, RolloutPlan, decide_cluster
+from vgpu_operator.core.rollout.leave import plan_with_leaves
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.rollout import NodeRollout

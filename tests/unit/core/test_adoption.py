@@ -1,4 +1,4 @@
-"""Adopting what a person set up by hand, and leaving it (core.adoption, core.nodestate):
+"""Adopting what a person set up by hand, and leaving it (core.nodes.adoption, core.nodes.planner):
 plan, apply the PATCH as the apiserver would, plan again."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from tests.unit.core.nodekit import (
 from tests.unit.mig.migkit import gpu, static
 from tests.unit.mig.migkit import node as inventory
 from vgpu_operator import contract
-from vgpu_operator.core.adoption import adopted, on_delete, with_on_delete_default
-from vgpu_operator.core.mig import plan_node as plan_mig
-from vgpu_operator.core.nodefacts import node_facts
+from vgpu_operator.core.mig.partition import plan_node as plan_mig
+from vgpu_operator.core.nodes.adoption import adopted, on_delete, with_on_delete_default
+from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.models.node import NodeConfig, Owned
 
 # Seed 002 by hand: `volcano.sh/vgpu.enabled=true` and `volcano.sh/vgpu=hami:NoSchedule`.

@@ -1,4 +1,5 @@
-"""Adopting a hand-made Volcano/HAMi set-up (core.adoption_config): nothing is changed, and so
+"""Adopting a hand-made Volcano/HAMi set-up (core.volcano.config_adoption): nothing is changed, and
+so
 nothing restarted, when what a component reads stays the same."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import yaml
 
 from tests.unit.volcano.volcano_fixtures import text
 from vgpu_operator import contract
-from vgpu_operator.core.adoption_config import flag_is_default
-from vgpu_operator.core.render import render_node_config, render_plugin_args
-from vgpu_operator.core.rules.placement import plan_placement
+from vgpu_operator.core.volcano.config_adoption import flag_is_default
+from vgpu_operator.core.volcano.placement import plan_placement
+from vgpu_operator.core.volcano.render import render_node_config, render_plugin_args
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.node import NodeConfig
 

@@ -23,7 +23,7 @@ from vgpu_operator.core.cleanup import (
     node_cleanup,
     operator_taints,
 )
-from vgpu_operator.core.rollout_step import PAUSED_VALUE
+from vgpu_operator.core.nodes.step import PAUSED_VALUE
 from vgpu_operator.models.rollout import NodeRollout
 
 USER_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}

@@ -17,7 +17,7 @@ from tests.unit.core.nodekit import (
 )
 from vgpu_operator import contract
 from vgpu_operator.core.cleanup_nodes import node_outcome, retained_policies, retaining_node
-from vgpu_operator.core.rollout_step import PAUSED_VALUE
+from vgpu_operator.core.nodes.step import PAUSED_VALUE
 from vgpu_operator.models.rollout import NodeRollout
 
 POOL = {"matchLabels": {"pool": "a"}}

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from vgpu_devcluster import upstream as manifests
-from vgpu_operator.core.discovery import configmaps_to_read, describe, discover
-from vgpu_operator.core.discovery_workloads import file_source
+from vgpu_operator.core.volcano.discovery import configmaps_to_read, describe, discover
+from vgpu_operator.core.volcano.workloads import file_source
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 from vgpu_operator.models.volcano_views import workload_view
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_operator.core.pods import (
+from vgpu_operator.core.rollout.gpu_pods import (
     compact_pod,
     gpu_pod,
     gpu_resources,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.selection import assign, matches_selector, nodes_of, select
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.selection import assign, matches_selector, nodes_of, select
 from vgpu_operator.models.policy import LabelSelector, VGPUNodePolicy, VGPUNodePolicySpec
 
 LABELS = {"pool": "a", "zone": "z1", "gpu": "a100"}

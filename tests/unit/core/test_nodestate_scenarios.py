@@ -19,8 +19,8 @@ from tests.unit.core.nodekit import (
     taints_of,
 )
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster, plan_one
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster, plan_one
 from vgpu_operator.models.node import NodeConfig, Owned
 
 USER_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}

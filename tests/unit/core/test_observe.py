@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tests.unit.core.nodekit import DEFAULT_TAINT, node, parsed, policy
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
 from vgpu_operator.core.observe import (
     configuration_would_do,
     describe_patch,

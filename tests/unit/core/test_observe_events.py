@@ -8,8 +8,8 @@ from typing import Any
 from tests.unit.core.nodekit import node, parsed, policy
 from vgpu_operator.controller import observe
 from vgpu_operator.controller.observe import Observer
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
 
 HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
 

@@ -13,8 +13,8 @@ import pytest
 from tests.unit.core.nodekit import node, policy, reconcile
 from vgpu_operator import contract
 from vgpu_operator.core.cleanup import operator_taints, placement_revert
-from vgpu_operator.core.mergepatch import apply_merge_patch
-from vgpu_operator.core.rules.placement import plan_placement
+from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
+from vgpu_operator.core.volcano.placement import plan_placement
 from vgpu_operator.models.placement import PlacementRecord
 from vgpu_operator.models.policy import Taint
 

@@ -18,9 +18,10 @@ from tests.unit.core.nodekit import node, policy
 from vgpu_devcluster import upstream
 from vgpu_operator import contract
 from vgpu_operator.core.findings import config_condition
+from vgpu_operator.core.nodes.validate import parse_policy
 from vgpu_operator.core.plan import Plan, plan, proposed
-from vgpu_operator.core.rules import ClusterSnapshot, run_rules
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

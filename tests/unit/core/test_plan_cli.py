@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.core.nodekit import policy
 from tests.unit.core.test_plan import A100_POOL, LATER, a100_cluster
-from vgpu_operator import plan as plan_cli
+from vgpu_operator.commands import plan as plan_cli
 from vgpu_operator.core.plan import plan
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

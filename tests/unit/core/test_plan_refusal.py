@@ -1,7 +1,7 @@
-"""A change the device plugin cannot apply is refused, not rolled (`core.rules.plugin_refusal`):
+"""A change the device plugin cannot apply is refused, not rolled (`core.volcano.plugin_refusal`):
 in the node planner and the rollout (its nodes held, none taken), in the policy's status, and in
 `plan`; and `plan` shows a node leaving a pool under running GPU pods paced by the leaving
-policy's rollout, as the controller does (`core.rollout_leave`)."""
+policy's rollout, as the controller does (`core.rollout.leave`)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 from tests.unit.core.nodekit import node, policy
 from tests.unit.core.test_plan import LATER, PRESENT, a100_cluster, run
 from vgpu_devcluster import upstream
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.status import compute_status
+from vgpu_operator.core.nodes.validate import REFUSED_REASON, parse_policy
 from vgpu_operator.core.plan import plan, proposed
-from vgpu_operator.core.rollout import decide_cluster
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.rules.plugin_refusal import refuse_ignored, snapshot_plugin_values
-from vgpu_operator.core.status import compute_status
-from vgpu_operator.core.validate import REFUSED_REASON, parse_policy
+from vgpu_operator.core.rollout.decide import decide_cluster
+from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored, snapshot_plugin_values
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import load_config
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.core.nodekit import node, policy, reconcile
-from vgpu_operator.core.events import node_events, policy_event, summarize
+from vgpu_operator.core.nodes.events import node_events, policy_event, summarize
 
 HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from tests.unit.core.nodekit import node, parsed, policy, reconcile
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.status import compute_status, status_body, status_patch
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.status import compute_status, status_body, status_patch
 from vgpu_operator.models.policy import MAX_PROBLEM_NODES, VGPUNodePolicyStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

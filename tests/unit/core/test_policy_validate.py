@@ -8,9 +8,9 @@ import pytest
 
 from tests.unit.core.nodekit import EVERY_NODE, node, policy
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.ownership import label_collisions, taint_collisions
-from vgpu_operator.core.validate import (
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.ownership import label_collisions, taint_collisions
+from vgpu_operator.core.nodes.validate import (
     field_path,
     gpu_evidence,
     gpu_model,

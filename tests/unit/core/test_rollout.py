@@ -1,4 +1,5 @@
-"""Safe transitions (core.rollout): every step, the budget, the timeouts and failures, resuming."""
+"""Safe transitions (core.rollout.decide): every step, the budget, the timeouts and failures,
+resuming."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from datetime import timedelta
 
 from tests.unit.core.rollout_world import HAMI, MIG, World, pods, register, spec
 from vgpu_operator import contract
-from vgpu_operator.core.rollout_node import change_kind, registration_problem
-from vgpu_operator.core.rollout_step import OPERAND_LABELS, PAUSED_VALUE
+from vgpu_operator.core.nodes.step import OPERAND_LABELS, PAUSED_VALUE
+from vgpu_operator.core.rollout.arrive import change_kind, registration_problem
 from vgpu_operator.models.node import NodeConfig
 
 DP = contract.LABEL_DEVICE_PLUGIN

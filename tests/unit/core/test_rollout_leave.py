@@ -1,4 +1,4 @@
-"""A node leaving every pool (core.rollout_leave): paced by the policy it leaves while GPU pods run
+"""A node leaving every pool (core.rollout.leave): paced by the policy it leaves while GPU pods run
 on it, at once when idle, nothing at all for `onDelete: Retain`."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 from tests.unit.core.nodekit import parsed, policy
 from tests.unit.core.rollout_world import HAMI, MIG, World, pods, spec
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.rollout_step import OPERAND_LABELS, PAUSED_VALUE
-from vgpu_operator.core.status import compute_status
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.status import compute_status
+from vgpu_operator.core.nodes.step import OPERAND_LABELS, PAUSED_VALUE
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
 

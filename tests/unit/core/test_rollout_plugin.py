@@ -1,4 +1,4 @@
-"""The rollout's waits around the device plugin (core.rollout_plugin): the pause waits for the
+"""The rollout's waits around the device plugin (core.rollout.plugin): the pause waits for the
 plugin pod to leave, the resume for the node-config entry of the released configuration, so the
 plugin restarts once; and what the configuration reconciler's snapshot says of both."""
 
@@ -12,7 +12,7 @@ from tests.unit.core.rollout_world import HAMI, MIG, T0, World, spec
 from tests.unit.volcano.volcano_fixtures import healthy, replace
 from vgpu_operator import contract
 from vgpu_operator.controller.rollout import PluginReadings
-from vgpu_operator.core.rollout_plugin import (
+from vgpu_operator.core.rollout.plugin import (
     PluginReading,
     entry_rendered,
     plugin_left,

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from vgpu_operator import contract
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.textcache import ANNOTATION_BUDGET, ANNOTATIONS, MAX_TEXT, TextCache
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.textcache import ANNOTATION_BUDGET, ANNOTATIONS, MAX_TEXT, TextCache
 from vgpu_operator.models.node import NodeConfig
 
 MIB = 1024 * 1024

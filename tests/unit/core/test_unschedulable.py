@@ -18,8 +18,8 @@ from tests.unit.volcano.volcano_fixtures import (
     scheduler_cm,
     text,
 )
-from vgpu_operator.core.rules import ClusterSnapshot
-from vgpu_operator.core.unschedulable import (
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.unschedulable import (
     REASONS,
     Cause,
     FitContext,

@@ -10,7 +10,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.unit.volcano.hostile import BOMB
-from vgpu_operator.core import yamlsafe
+from vgpu_operator import yamlsafe
 
 
 @pytest.mark.parametrize(

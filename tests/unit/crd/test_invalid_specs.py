@@ -16,10 +16,10 @@ import pytest
 from tests.unit.crd.invalid_specs import INVALID_SPECS, InvalidSpec
 from tests.unit.crd.openapi_check import cel_rules, generic, validate
 from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.status import compute_status
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.status import compute_status
+from vgpu_operator.core.nodes.validate import parse_policy
 from vgpu_operator.crdgen import policy_crd
 
 SCHEMA = policy_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

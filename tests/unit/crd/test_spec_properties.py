@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from tests.unit.core.nodekit import node
 from tests.unit.crd import specgen
 from vgpu_operator import contract
-from vgpu_operator.core.events import node_events, policy_event
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodepatch import desired_for
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.ownership import invalid_writes
-from vgpu_operator.core.status import compute_status
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.nodes.events import node_events, policy_event
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.ownership import invalid_writes
+from vgpu_operator.core.nodes.patch import desired_for
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.status import compute_status
+from vgpu_operator.core.nodes.validate import parse_policy
 from vgpu_operator.models.labels import system_key
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "2000"))

@@ -71,7 +71,7 @@ def test_wrapper_module_replaces_every_staging_module() -> None:
 
 def test_cli_version() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "vgpu_operator.cli", "--version"],
+        [sys.executable, "-m", "vgpu_operator.commands.cli", "--version"],
         capture_output=True,
         text=True,
         check=True,

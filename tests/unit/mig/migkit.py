@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vgpu_operator.core.mig import Plan, StepKind, synthetic_gpu
-from vgpu_operator.core.mig_catalog import GPU_MODELS, gi_heap_id
+from vgpu_operator.core.mig.partition import Plan, StepKind, synthetic_gpu
+from vgpu_operator.models.gpu_catalog import GPU_MODELS, gi_heap_id
 from vgpu_operator.models.inventory import (
     ComputeInstance,
     GpuInfo,

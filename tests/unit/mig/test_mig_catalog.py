@@ -1,4 +1,4 @@
-"""The MIG profile table (core.mig_catalog) against real `nvidia-smi mig -lgip`/`-lgipp` listings
+"""The MIG profile table (models.gpu_catalog) against real `nvidia-smi mig -lgip`/`-lgipp` listings
 (cited at each test), NVIDIA's MIG user guide
 (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html) and
 mig-parted's named configs (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_operator.core.mig_catalog import (
+from vgpu_operator.models.gpu_catalog import (
     CI_PROFILE_BY_SLICES,
     GPU_MODELS,
     MIG_MODELS,
@@ -39,7 +39,7 @@ def test_required_models_are_present() -> None:
 
 @pytest.mark.parametrize(
     ("name", "key"),
-    [  # NVML names as nvidia-smi prints them (sources in core.mig_catalog)
+    [  # NVML names as nvidia-smi prints them (sources in models.gpu_catalog)
         ("NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"),
         ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
         ("NVIDIA H100 PCIe", "H100 PCIe"),
@@ -81,13 +81,13 @@ def test_values_from_real_listings() -> None:
 
 def test_a100_80gb_corrections() -> None:
     a100 = MIG_MODELS["A100-SXM4-80GB"]
-    # GA100's decoders per 2g/3g/4g instance in a real listing: 1/2/2 (core.mig_catalog)
+    # GA100's decoders per 2g/3g/4g instance in a real listing: 1/2/2 (models.gpu_catalog)
     assert [a100.profile(n).dec for n in ("2g.20gb", "3g.40gb", "4g.40gb")] == [1, 2, 2]  # type: ignore[union-attr]
     assert a100.profile("1g.20gb").since_driver == 525  # type: ignore[union-attr]
 
 
 def test_architecture_by_name() -> None:
-    from vgpu_operator.core.mig_catalog import arch_for_name
+    from vgpu_operator.models.gpu_catalog import arch_for_name
 
     assert arch_for_name("NVIDIA A800-SXM4-80GB") == "ampere"  # not in the catalog
     assert arch_for_name("NVIDIA A30") == "ampere"

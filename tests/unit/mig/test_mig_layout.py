@@ -1,14 +1,14 @@
-"""Layout validation (core.mig_layout): errors name the field path, the GPUs and the fix."""
+"""Layout validation (core.mig.layout): errors name the field path, the GPUs and the fix."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.unit.mig.migkit import config, dynamic, gpu, node, static
-from vgpu_operator.core.mig import plan_node
-from vgpu_operator.core.mig_catalog import MIG_MODELS
-from vgpu_operator.core.mig_layout import example_layout, resolve_targets, validate
-from vgpu_operator.core.mig_place import geometry_of_model
+from vgpu_operator.core.mig.layout import example_layout, resolve_targets, validate
+from vgpu_operator.core.mig.partition import plan_node
+from vgpu_operator.core.mig.place import geometry_of_model
+from vgpu_operator.models.gpu_catalog import MIG_MODELS
 from vgpu_operator.models.inventory import ProfileInfo
 
 EIGHT_A100_40 = node(*(gpu("A100-SXM4-40GB", i, mig=False) for i in range(8)))

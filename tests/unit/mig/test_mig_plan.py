@@ -1,4 +1,5 @@
-"""The pure MIG planner (core.mig): table tests of the issue's scenarios, plus properties."""
+"""The pure MIG planner (core.mig.partition): table tests of the issue's scenarios, plus
+properties."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.mig.migkit import config, dynamic, gpu, node, simulate, static
-from vgpu_operator.core.mig import StepKind, plan_node
-from vgpu_operator.core.mig_catalog import MIG_MODELS
-from vgpu_operator.core.mig_place import feasible, geometry_of_model
-from vgpu_operator.core.mig_verify import verify
+from vgpu_operator.core.mig.partition import StepKind, plan_node
+from vgpu_operator.core.mig.place import feasible, geometry_of_model
+from vgpu_operator.core.mig.verify import verify
+from vgpu_operator.models.gpu_catalog import MIG_MODELS
 
 A100_80 = "A100-SXM4-80GB"
 A100_40 = "A100-SXM4-40GB"

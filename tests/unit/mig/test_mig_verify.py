@@ -1,9 +1,9 @@
-"""Verification after apply (core.mig_verify): every difference is reported, nothing on a match."""
+"""Verification after apply (core.mig.verify): every difference is reported, nothing on a match."""
 
 from __future__ import annotations
 
 from tests.unit.mig.migkit import config, dynamic, gpu, node, static
-from vgpu_operator.core.mig_verify import verify
+from vgpu_operator.core.mig.verify import verify
 
 A100 = "A100-SXM4-80GB"
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit.packaging.dockerfile import ROOT, exec_form, parse
 from vgpu_devcluster.install import chart_dir, render_chart
-from vgpu_operator.cli import build_parser
+from vgpu_operator.commands.cli import build_parser
 
 Pod = dict[str, Any]
 

@@ -22,7 +22,7 @@ COMMANDS = ("run", "agent", "doctor", "cleanup")
 def test_build_context_holds_the_operator_and_no_devtools(context: tuple[Path, list[str]]) -> None:
     _, copied = context
     assert "pyproject.toml" in copied
-    assert "operator/vgpu_operator/cli.py" in copied
+    assert "operator/vgpu_operator/commands/cli.py" in copied
     assert not [p for p in copied if p.startswith(("devtools/", "tests/", "charts/"))]
     assert not [p for p in copied if "__pycache__" in p or "egg-info" in p]
 
@@ -38,7 +38,7 @@ def test_wheel_holds_the_package_and_the_console_script_only(wheel: Path) -> Non
     assert not [n for n in names if "devcluster" in n or "fake" in n.lower()]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert dict(scripts["console_scripts"]) == project["project"]["scripts"]
-    assert scripts["console_scripts"]["vgpu-operator"] == "vgpu_operator.cli:main"
+    assert scripts["console_scripts"]["vgpu-operator"] == "vgpu_operator.commands.cli:main"
     # every module of the package in the checkout is in the wheel (a new subpackage without
     # an __init__.py, or left out of packages.find, would be missing from the image)
     source = ROOT / "operator"
@@ -97,14 +97,16 @@ print(len(names))
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_each_image_command_runs_from_the_wheel(unpacked: Path, command: str) -> None:
-    code = "import sys; from vgpu_operator.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from vgpu_operator.commands.cli import main; sys.exit(main(sys.argv[1:]))"
     done = _isolated_python(unpacked, code, command, "--help")
     assert done.returncode == 0, done.stderr
     assert f"vgpu-operator {command}" in done.stdout
 
 
-def test_local_cluster_commands_say_they_need_the_checkout(unpacked: Path) -> None:
-    code = "import sys; from vgpu_operator.cli import main; sys.exit(main(sys.argv[1:]))"
-    done = _isolated_python(unpacked, code, "dev-cluster", "status")
-    assert done.returncode == 2
-    assert "local-cluster tools" in done.stderr
+def test_the_shipped_cli_has_no_local_cluster_commands(unpacked: Path) -> None:
+    """`demo` and the control plane are `vgpu-dev`'s (devtools/), never the image's command."""
+    code = "import sys; from vgpu_operator.commands.cli import main; sys.exit(main(sys.argv[1:]))"
+    for command in ("demo", "dev-cluster"):
+        done = _isolated_python(unpacked, code, command)
+        assert done.returncode == 2
+        assert "invalid choice" in done.stderr

@@ -30,12 +30,17 @@ from vgpu_devcluster import upstream
 from vgpu_devcluster.fakeplugin import simulate_registration
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.volcano_writes import enforce_configuration
-from vgpu_operator.core.geometry import ReportedGpuModel, ReportedProfile, build_known_geometries
-from vgpu_operator.core.render import render_ascend_node_config, render_node_config
-from vgpu_operator.core.render.plugin_args import desired_flags
-from vgpu_operator.core.restarts import RestartSettings, daemonset_key, rollout_due
-from vgpu_operator.core.rules import ClusterSnapshot, run_rules
-from vgpu_operator.core.rules.placement import placements, plan_placement
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.core.volcano.geometry import (
+    ReportedGpuModel,
+    ReportedProfile,
+    build_known_geometries,
+)
+from vgpu_operator.core.volcano.placement import placements, plan_placement
+from vgpu_operator.core.volcano.render import render_ascend_node_config, render_node_config
+from vgpu_operator.core.volcano.render.plugin_args import desired_flags
+from vgpu_operator.core.volcano.restarts import RestartSettings, daemonset_key, rollout_due
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.placement import PlacementRecord
@@ -387,7 +392,8 @@ async def test_args_and_placement_go_in_one_patch(fake: FakeApi) -> None:
     spec = body["spec"]["template"]["spec"]
     assert set(spec) == {"containers", "nodeSelector", "tolerations"}
     assert "--device-split-count=10" in spec["containers"][0]["args"]
-    # a flag whose plugin default is the configured value is not added (core.adoption_config)
+    # a flag whose plugin default is the configured value is not added
+    # (core.volcano.config_adoption)
     assert "--gpu-memory-factor=1" not in spec["containers"][0]["args"]
 
 
@@ -533,7 +539,7 @@ def test_a_bad_catalog_stops_the_controller_at_start(tmp_path: Path) -> None:
     bad = tmp_path / "config.yaml"
     bad.write_text(catalog("all-1g", "[{name: 1g.10gb, memory: 9728, count: 7}]"))
     proc = subprocess.run(
-        [sys.executable, "-m", "vgpu_operator.cli", "run", "--config", str(bad)],
+        [sys.executable, "-m", "vgpu_operator.commands.cli", "run", "--config", str(bad)],
         capture_output=True,
         text=True,
         timeout=60,

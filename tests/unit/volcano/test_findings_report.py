@@ -20,7 +20,7 @@ from tests.unit.volcano.volcano_fixtures import (
     scheduler_cm,
     text,
 )
-from vgpu_operator import doctor
+from vgpu_operator.commands import doctor
 from vgpu_operator.controller.snapshot import (
     compact_node,
     compact_pod,
@@ -34,10 +34,11 @@ from vgpu_operator.core.findings import (
     finding_key,
     new_finding_events,
 )
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.rules import Finding, ObjectRef, Severity, run_rules
-from vgpu_operator.core.status import compute_status, status_body
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.status import compute_status, status_body
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.core.rules.base import Finding, ObjectRef, Severity
 from vgpu_operator.models.config import OperatorConfig
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -8,8 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.volcano.volcano_fixtures import text
-from vgpu_operator.core import mig_catalog
-from vgpu_operator.core.geometry import (
+from vgpu_operator.core.volcano.geometry import (
     BUILTIN_GEOMETRIES,
     ReportedGpuModel,
     ReportedProfile,
@@ -19,6 +18,7 @@ from vgpu_operator.core.geometry import (
     reported_from_inventory,
     uncovered_models,
 )
+from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.inventory import GpuInfo, Inventory, ProfileInfo
 from vgpu_operator.models.volcano import MigGeometryEntry, first_match, parse_device_config
@@ -138,7 +138,7 @@ def test_an_inventory_never_changes_what_the_catalog_says() -> None:
     h100, from_table = plan.appended
     assert h100 == next(e for e in BUILTIN_GEOMETRIES if "H100 80GB HBM3" in e.models)
     # a model only the built-in MIG catalog knows: its values, whatever the report says
-    table = mig_catalog.model_for_name("NVIDIA H100 NVL")
+    table = gpu_catalog.model_for_name("NVIDIA H100 NVL")
     assert table is not None
     memory = {p.name: p.memory_mib for p in table.profiles}
     assert all(
@@ -250,7 +250,7 @@ def test_building_only_appends_and_covers_all_it_can(
     assert [e.model_dump() for e in existing] == before
     # every real, MIG-capable model is covered afterwards; the others are reported uncovered
     assert uncovered_models(plan.entries, required) == sorted(set(plan.uncovered))
-    known = {n for n in required if (m := mig_catalog.model_for_name(n)) and m.mig_capable}
+    known = {n for n in required if (m := gpu_catalog.model_for_name(n)) and m.mig_capable}
     assert set(plan.uncovered) == {n for n in required if n not in REAL and n not in known}
     # building again from the result changes nothing (stable)
     again = build_known_geometries(plan.entries, required, list(BUILTIN_GEOMETRIES))

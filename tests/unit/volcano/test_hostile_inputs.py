@@ -22,11 +22,13 @@ from tests.unit.volcano.volcano_fixtures import healthy
 from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest
 from vgpu_operator import contract
 from vgpu_operator.controller.volcano_writes import released_configs
-from vgpu_operator.core import restarts as planner
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.nodestate import plan_cluster
-from vgpu_operator.core.ownership import invalid_writes
-from vgpu_operator.core.render import (
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.ownership import invalid_writes
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.nodes.validate import parse_policy
+from vgpu_operator.core.rules import run_rules
+from vgpu_operator.core.volcano import restarts as planner
+from vgpu_operator.core.volcano.render import (
     RenderError,
     render_ascend_node_config,
     render_device_config,
@@ -34,10 +36,9 @@ from vgpu_operator.core.render import (
     render_scheduler_conf,
     vnpus_section,
 )
-from vgpu_operator.core.render.common import RoundTrip
-from vgpu_operator.core.restarts import restart_inputs
-from vgpu_operator.core.rules import ClusterSnapshot, run_rules
-from vgpu_operator.core.validate import parse_policy
+from vgpu_operator.core.volcano.render.common import RoundTrip
+from vgpu_operator.core.volcano.restarts import restart_inputs
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import (
     PayloadError,

@@ -1,4 +1,4 @@
-"""`core.rules.plugin_refusal` and `plugin_identity`: which plugin values a policy must agree with
+"""`core.volcano.plugin_refusal` and `plugin_identity`: which plugin values a policy must agree with
 (HAMi's plugin ≤ v1.11 registers its flags' values whatever config.json says), which policies are
 refused for it, and which DaemonSet counts as HAMi's plugin at all."""
 
@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from tests.unit.core.nodekit import policy
-from vgpu_operator.core.rules.plugin_identity import is_hami_plugin
-from vgpu_operator.core.rules.plugin_refusal import (
+from vgpu_operator.core.nodes.validate import REFUSED_REASON, parse_policy
+from vgpu_operator.core.volcano.plugin_identity import is_hami_plugin
+from vgpu_operator.core.volcano.plugin_refusal import (
     PluginNodeValues,
     plugin_node_values,
     refuse_ignored,
 )
-from vgpu_operator.core.validate import REFUSED_REASON, parse_policy
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.volcano_views import Version
 

@@ -8,7 +8,7 @@ import yaml
 
 from tests.unit.volcano.volcano_fixtures import configmap, text
 from vgpu_operator.contract import ANN_DATA_CHANGED_AT
-from vgpu_operator.core.render import RenderError, render_device_config, vnpus_section
+from vgpu_operator.core.volcano.render import RenderError, render_device_config, vnpus_section
 from vgpu_operator.models.config import OperatorConfig, load_config
 
 NOW = "2026-02-01T00:00:00Z"

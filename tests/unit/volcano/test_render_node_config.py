@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.volcano.volcano_fixtures import configmap, text
 from vgpu_operator.contract import ANN_DATA_CHANGED_AT, ANN_OWNED_ENTRIES
-from vgpu_operator.core.render import (
+from vgpu_operator.core.volcano.render import (
     RenderError,
     owned_entries,
     render_ascend_node_config,

@@ -12,15 +12,15 @@ from hypothesis import strategies as st
 
 from tests.unit.volcano.volcano_fixtures import configmap, scheduler_cm, text
 from vgpu_operator.contract import ANN_OWNED_ENTRIES
-from vgpu_operator.core.render import (
+from vgpu_operator.core.volcano.render import (
     desired_nvidia,
     node_entry,
     render_device_config,
     render_node_config,
     render_scheduler_conf,
 )
-from vgpu_operator.core.render.common import plain
-from vgpu_operator.core.render.node_config import NODE_FIELDS
+from vgpu_operator.core.volcano.render.common import plain
+from vgpu_operator.core.volcano.render.node_config import NODE_FIELDS
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy_modes import HamiCoreSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.volcano.volcano_fixtures import scheduler_cm, text
-from vgpu_operator.core.render import RenderError, render_scheduler_conf
+from vgpu_operator.core.volcano.render import RenderError, render_scheduler_conf
 from vgpu_operator.models.config import OperatorConfig, load_config
 from vgpu_operator.models.volcano_views import parse_scheduler_conf
 

@@ -13,9 +13,9 @@ from tests.unit.volcano.volcano_fixtures import (
     text,
 )
 from vgpu_devcluster.fakeplugin import node_gpus, simulate_registration
-from vgpu_operator.core.render import ArgsPatch, render_plugin_args
 from vgpu_operator.core.report import exit_code, format_json, format_table, rows
 from vgpu_operator.core.rules import RULES, run_rules
+from vgpu_operator.core.volcano.render import ArgsPatch, render_plugin_args
 from vgpu_operator.models.config import OperatorConfig, load_config
 from vgpu_operator.models.volcano import HANDSHAKE_ANNOTATION, REGISTER_ANNOTATION, parse_register
 from vgpu_operator.models.volcano_views import Version
@@ -153,7 +153,7 @@ def test_seed002_plugin_args_are_set_to_the_configured_names() -> None:
     assert patch == ArgsPatch(
         container="volcano-device-plugin",
         # only what differs from what the plugin uses: the other flags' defaults are the
-        # configured values already (core.adoption_config), so they are not added
+        # configured values already (core.volcano.config_adoption), so they are not added
         args=["--device-split-count=10", "--resource-name=volcano.sh/vgpu-number"],
     )
     ds["spec"]["template"]["spec"]["containers"][0]["args"] = patch.args

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vgpu_operator.core.restarts import (
+from vgpu_operator.core.nodes.status import change_stamp
+from vgpu_operator.core.volcano.restarts import (
     PluginPod,
     RestartInputs,
     RestartPlan,
@@ -22,8 +23,7 @@ from vgpu_operator.core.restarts import (
     prune,
     record,
 )
-from vgpu_operator.core.rules.snapshot import parse_time
-from vgpu_operator.core.status import change_stamp
+from vgpu_operator.core.volcano.snapshot import parse_time
 from vgpu_operator.models.config import load_config
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -17,8 +17,8 @@ from tests.unit.volcano.volcano_fixtures import (
     seed002,
     text,
 )
-from vgpu_operator.core.render import render_device_config, vnpus_section
-from vgpu_operator.core.rules import Finding, ObjectRef
+from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.core.volcano.render import render_device_config, vnpus_section
 from vgpu_operator.models.config import load_config
 
 SCHED = ObjectRef(kind="ConfigMap", name="volcano-scheduler-configmap", namespace="volcano-system")

@@ -15,7 +15,8 @@ from tests.unit.volcano.volcano_fixtures import (
     scheduler_cm,
     text,
 )
-from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef
+from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 
 SCHED = ObjectRef(kind="ConfigMap", name="volcano-scheduler-configmap", namespace="volcano-system")
 MC = ObjectRef(kind="DaemonSet", name="ascend-device-plugin-daemonset", namespace="kube-system")

@@ -14,8 +14,8 @@ from tests.unit.volcano.volcano_fixtures import (
     replace,
     seed002,
 )
-from vgpu_operator.core.rules import Finding, ObjectRef
-from vgpu_operator.core.rules.placement import placements
+from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.core.volcano.placement import placements
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy_modes import MigLayout, MigSpec
@@ -216,7 +216,7 @@ def test_a_plugin_on_a_static_mig_node_is_an_error() -> None:
 
 def test_a_placement_that_is_right_by_chance_is_a_note_kept_until_a_node_needs_it() -> None:
     # exact today: the operator keeps it rather than roll every plugin pod (adoption of a
-    # hand-made placement, core.adoption_config); the note still says why and how to fix it
+    # hand-made placement, core.volcano.config_adoption); the note still says why and how to fix it
     snap = edit(
         healthy(),
         "daemonsets",

@@ -14,7 +14,7 @@ from tests.unit.volcano.volcano_fixtures import (
     replace,
     seed002,
 )
-from vgpu_operator.core.rules import Finding, ObjectRef
+from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.models.config import load_config
 
 

@@ -11,7 +11,8 @@ from tests.unit.volcano.volcano_fixtures import (
     scheduler_cm,
     text,
 )
-from vgpu_operator.core.rules import ClusterSnapshot, Finding, ObjectRef
+from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import load_config
 
 CONF = ObjectRef(kind="ConfigMap", name="volcano-scheduler-configmap", namespace="volcano-system")

@@ -16,7 +16,7 @@ from tests.unit.volcano.volcano_fixtures import (
     replace,
     seed002,
 )
-from vgpu_operator.core.rules import Finding, ObjectRef
+from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import HANDSHAKE_ANNOTATION, REGISTER_ANNOTATION
 from vgpu_operator.models.volcano_views import Version

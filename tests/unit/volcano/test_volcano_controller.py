@@ -23,15 +23,15 @@ from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.controller.volcano_writes import installed, released_configs
 from vgpu_operator.controller.workload_writes import on_delete_pods
 from vgpu_operator.core.findings import CONDITION
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.restarts import (
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.core.volcano.restarts import (
     RESTARTED_AT,
     RestartAction,
     RestartSettings,
     plan_restarts,
     restart_inputs,
 )
-from vgpu_operator.core.rules import Finding, ObjectRef
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
@@ -56,7 +56,7 @@ def test_restart_inputs_of_a_consistent_cluster_need_no_restart() -> None:
     assert sorted(p.node for p in inputs.plugin_pods) == ["gpu-a", "gpu-b"]
     assert inputs.plugin_reads_changed == t(T_CHANGED)
     # gpu-a's entry says what its plugin used without one: taken over unchanged, its time the
-    # ConfigMap's last change before (its creation here) (core.adoption_config)
+    # ConfigMap's last change before (its creation here) (core.volcano.config_adoption)
     assert inputs.node_entries_changed == {"gpu-a": t(T_CREATED), "gpu-b": t(T_CHANGED)}
     plan = plan_restarts(inputs, {}, RestartSettings(), t("2026-02-01T00:00:00Z"))
     assert plan.actions == ()

@@ -17,8 +17,8 @@ from vgpu_operator.controller.volcano_writes import enforce_configuration
 from vgpu_operator.controller.workload_writes import restart
 from vgpu_operator.controller.write_results import WriteBackoff, retry_at
 from vgpu_operator.core.backoff import Backoff
-from vgpu_operator.core.restarts import RestartAction
-from vgpu_operator.core.rules import ClusterSnapshot
+from vgpu_operator.core.volcano.restarts import RestartAction
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NODE_CM = ("ConfigMap", "kube-system", "volcano-vgpu-node-config")

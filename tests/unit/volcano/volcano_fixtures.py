@@ -16,12 +16,12 @@ import yaml
 from vgpu_devcluster.fakeplugin import simulate_registration
 from vgpu_devcluster.nodes import GPU_MODELS, NodeSpec, gpu_node_manifest
 from vgpu_operator import contract
-from vgpu_operator.core.render import (
+from vgpu_operator.core.volcano.render import (
     render_device_config,
     render_node_config,
     render_scheduler_conf,
 )
-from vgpu_operator.core.rules import ClusterSnapshot
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig, Owned
 from vgpu_operator.models.policy import Taint

@@ -32,7 +32,7 @@ from vgpu_operator.core.rules.base import (
     rule,
     run_rules,
 )
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 
 __all__ = [
     "RULES",

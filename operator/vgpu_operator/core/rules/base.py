@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
 
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, meta
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}

@@ -10,8 +10,9 @@ from functools import partial
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core.geometry import build_known_geometries, catalog_for
-from vgpu_operator.core.render import (
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
+from vgpu_operator.core.volcano.geometry import build_known_geometries, catalog_for
+from vgpu_operator.core.volcano.render import (
     RenderError,
     desired_nvidia,
     render_ascend_node_config,
@@ -19,10 +20,9 @@ from vgpu_operator.core.render import (
     render_node_config,
     vnpus_section,
 )
-from vgpu_operator.core.render.common import Rendered, plain
-from vgpu_operator.core.render.device_config import existing_geometries
-from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, DeviceConfigSource, annotations_of
+from vgpu_operator.core.volcano.render.common import Rendered, plain
+from vgpu_operator.core.volcano.render.device_config import existing_geometries
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, DeviceConfigSource, annotations_of
 from vgpu_operator.models.config_refs import ConfigMapRef
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
-from vgpu_operator.core.rules.placement import reaches
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, Obj, name_of, pod_done, requested
+from vgpu_operator.core.volcano.placement import reaches
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, Obj, name_of, pod_done, requested
 from vgpu_operator.models.volcano import LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER
 from vgpu_operator.models.volcano_views import WorkloadView, workload_view
 

@@ -12,17 +12,17 @@ import math
 from collections.abc import Iterator
 
 from vgpu_operator import contract
-from vgpu_operator.core import mig_catalog
-from vgpu_operator.core.geometry import (
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
+from vgpu_operator.core.rules.plugin import plugin_factor
+from vgpu_operator.core.volcano.geometry import (
     build_known_geometries,
     catalog_for,
     disagreements,
     report_problem,
     reported_from_inventory,
 )
-from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
-from vgpu_operator.core.rules.plugin import plugin_factor
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, Obj, labels_of, name_of
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, Obj, labels_of, name_of
+from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, first_match
 
 MAX_MEMORY_ENTRIES = 60000
@@ -141,7 +141,7 @@ def check_mig_coverage(s: ClusterSnapshot) -> Iterator[Issue]:
 def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
     """An inventory is anyone's who may annotate the Node: where it contradicts the built-in
     MIG catalog for a model the catalog knows, or reports a model no catalog knows in a way that
-    fails the sanity check, knownMigGeometries is not taken from it (core.geometry) and this
+    fails the sanity check, knownMigGeometries is not taken from it (core.volcano.geometry) and this
     says so. Neither is ever written."""
     required = set(s.mig_gpu_names)
     for node in s.nodes:
@@ -159,7 +159,7 @@ def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
                 )
                 continue
             problem = report_problem(reported)
-            known = mig_catalog.model_for_name(reported.nvml_name) is not None or any(
+            known = gpu_catalog.model_for_name(reported.nvml_name) is not None or any(
                 e.matches(f"NVIDIA-{reported.nvml_name}") for e in catalog_for(s.config)
             )
             if (

@@ -3,9 +3,10 @@ not: the ConfigMap and its key (or annotation), the Node and its annotation.
 
 The other rules read these payloads through loaders that fall back (an unreadable `config.json`
 is read as no entries, as the device plugin reads it; an unreadable ownership record as owning
-nothing), and the renderers refuse to overwrite what they cannot read (core.render). This rule
+nothing), and the renderers refuse to overwrite what they cannot read (core.volcano.render). This
+rule
 is where each of those errors is said once, with the object and the key: YAML that does not
-parse, aliases (refused before anything is expanded, core.yamlsafe), integers beyond 64 bits,
+parse, aliases (refused before anything is expanded, yamlsafe), integers beyond 64 bits,
 a mapping that is not one, a JSON annotation that does not match its model.
 """
 
@@ -16,12 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vgpu_operator import contract
-from vgpu_operator.core import yamlsafe
-from vgpu_operator.core.nodefacts import node_facts
-from vgpu_operator.core.render.common import RenderError, RoundTrip
+from vgpu_operator import contract, yamlsafe
+from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule
-from vgpu_operator.core.rules.snapshot import (
+from vgpu_operator.core.volcano.render.common import RenderError, RoundTrip
+from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
     annotations_of,
     name_of,

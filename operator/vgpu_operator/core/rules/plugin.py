@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from vgpu_operator.core.render.plugin_args import desired_flags
-from vgpu_operator.core.rules import facts
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano import component_versions
+from vgpu_operator.core.volcano.config_adoption import NUMERIC_FLAG_DEFAULTS
+from vgpu_operator.core.volcano.render.plugin_args import desired_flags
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.volcano import VOLCANO_PREFIX
 from vgpu_operator.models.volcano_views import Version
 
@@ -24,8 +25,6 @@ NUMERIC_FLAGS = {
     "device-cores-scaling": "deviceCoreScaling",
     "gpu-memory-factor": "gpuMemoryFactor",
 }
-FLAG_DEFAULTS = {"device-split-count": 2.0, "device-cores-scaling": 1.0, "gpu-memory-factor": 1.0}
-ASCEND_IMAGE_HINT = "ascend-device-plugin"  # how the Ascend plugin's container is recognised
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class PluginNames:
 def registered_name(name: str, version: Version | None) -> str:
     """The kubelet resource name a plugin registers for a configured name (`NewResourceName`,
     Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:api/config/v1/resources.go)."""
-    prefixes = version is None or facts.plugin_prefixes_names(version)
+    prefixes = version is None or component_versions.plugin_prefixes_names(version)
     if prefixes and name and not name.startswith(VOLCANO_PREFIX):
         return VOLCANO_PREFIX + name
     return name
@@ -51,7 +50,7 @@ def plugin_names(s: ClusterSnapshot) -> PluginNames | None:
     if c is None:
         return None
     v = c.version
-    if v is not None and facts.plugin_takes_name_flags(v):
+    if v is not None and component_versions.plugin_takes_name_flags(v):
         flags = c.flags
         values: list[str] = [
             flags[f].value or default if f in flags else default
@@ -80,7 +79,11 @@ def plugin_factor(s: ClusterSnapshot) -> int:
     flag = c.flags.get("gpu-memory-factor") if c else None
     if flag is not None and flag.value and flag.value.isdigit():
         return max(1, int(flag.value))
-    if c is not None and c.version is not None and facts.plugin_flags_always_override(c.version):
+    if (
+        c is not None
+        and c.version is not None
+        and component_versions.plugin_flags_always_override(c.version)
+    ):
         return 1
     n = s.plugin_device_config.nvidia
     return max(1, n.gpu_memory_factor or 1) if n else 1
@@ -95,7 +98,7 @@ def plugin_ref(s: ClusterSnapshot) -> ObjectRef:
 @rule("plugin-resource-name-flags", "plugin ≤ v1.11 registers the names the scheduler counts")
 def check_name_flags(s: ClusterSnapshot) -> Iterator[Issue]:
     c = s.plugin_container
-    if c is None or c.version is None or not facts.plugin_takes_name_flags(c.version):
+    if c is None or c.version is None or not component_versions.plugin_takes_name_flags(c.version):
         return
     names = plugin_names(s)
     assert names is not None
@@ -147,7 +150,7 @@ def check_flag_override(s: ClusterSnapshot) -> Iterator[Issue]:
     n = s.plugin_device_config.nvidia
     if c is None or n is None:
         return
-    always = c.version is not None and facts.plugin_flags_always_override(c.version)
+    always = c.version is not None and component_versions.plugin_flags_always_override(c.version)
     for flag, key in NUMERIC_FLAGS.items():
         cm_value = {
             "deviceSplitCount": n.device_split_count,
@@ -160,11 +163,11 @@ def check_flag_override(s: ClusterSnapshot) -> Iterator[Issue]:
         if (
             given is None
             and key == "gpuMemoryFactor"
-            and not facts.plugin_takes_memory_factor_flag(c.version or Version(0, 0))
+            and not component_versions.plugin_takes_memory_factor_flag(c.version or Version(0, 0))
         ):
             continue  # no such flag before v1.9.4
         try:
-            value = float(given.value) if given and given.value else FLAG_DEFAULTS[flag]
+            value = float(given.value) if given and given.value else NUMERIC_FLAG_DEFAULTS[flag]
         except ValueError:
             continue
         if cm_value is not None and float(cm_value) == value:
@@ -195,7 +198,7 @@ def check_prefix(s: ClusterSnapshot) -> Iterator[Issue]:
     n = s.plugin_device_config.nvidia
     if c is None or n is None:
         return
-    if c.version is not None and not facts.plugin_prefixes_names(c.version):
+    if c.version is not None and not component_versions.plugin_prefixes_names(c.version):
         return
     src = s.plugin_device_config
     for key, name in (

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 from vgpu_operator import contract
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
-from vgpu_operator.core.rules.placement import (
+from vgpu_operator.core.rules.plugin import plugin_ref
+from vgpu_operator.core.volcano.placement import (
     Placement,
     placement_patch_text,
     placements,
@@ -17,13 +18,12 @@ from vgpu_operator.core.rules.placement import (
     taint_text,
     untolerated,
 )
-from vgpu_operator.core.rules.plugin import ASCEND_IMAGE_HINT, plugin_ref
-from vgpu_operator.core.rules.plugin_identity import (
+from vgpu_operator.core.volcano.plugin_identity import (
     FOREIGN_PLUGIN_FIX,
     foreign_images,
     foreign_vgpu_plugin,
 )
-from vgpu_operator.core.rules.snapshot import (
+from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
     Obj,
     annotations_of,
@@ -32,6 +32,7 @@ from vgpu_operator.core.rules.snapshot import (
     name_of,
     pod_done,
 )
+from vgpu_operator.core.volcano.workloads import ASCEND_IMAGE_HINT
 from vgpu_operator.models.node import Owned
 from vgpu_operator.models.volcano_views import ContainerView, WorkloadView
 

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_names
-from vgpu_operator.core.rules.snapshot import (
+from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
     Obj,
     annotations_of,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.volcano_views import SchedulerConfView, go_parse_bool
 
 UAE = "UnexpectedAdmissionError"

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from vgpu_operator.core.rules import facts
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_ref
-from vgpu_operator.core.rules.plugin_refusal import flag_values
-from vgpu_operator.core.rules.snapshot import ClusterSnapshot, annotations_of, name_of
+from vgpu_operator.core.volcano import component_versions
+from vgpu_operator.core.volcano.plugin_refusal import flag_values
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, name_of
 from vgpu_operator.models.config_refs import (
     DEFAULT_CORES_NAME,
     DEFAULT_COUNT_NAME,
@@ -33,11 +33,12 @@ def _refs(s: ClusterSnapshot) -> tuple[ObjectRef, ObjectRef]:
 @rule("plugin-node-overrides", "plugin ≤ v1.11: per-node split counts and core scaling agree")
 def check_node_overrides(s: ClusterSnapshot) -> Iterator[Issue]:
     """Up to v1.11 the plugin registers every GPU with its flags' split count and core scaling:
-    a policy's `hamiCore` values reach config.json but change nothing (`facts`). The operator
+    a policy's `hamiCore` values reach config.json but change nothing (`component_versions`). The
+    operator
     refuses such a change (`plugin_refusal`); this finds nodes released with such values before
     (by hand, an older operator, or a plugin downgraded since)."""
     c = s.plugin_container
-    if c is None or c.version is None or facts.plugin_reads_node_overrides(c.version):
+    if c is None or c.version is None or component_versions.plugin_reads_node_overrides(c.version):
         return
     values = flag_values(c)
     ignored: dict[str, tuple[set[str], list[str]]] = {}
@@ -97,14 +98,18 @@ def check_handshake(s: ClusterSnapshot) -> Iterator[Issue]:
             fix="use images tagged with their version (vX.Y.Z)",
         )
     if pv is not None and sv is not None:
-        if not facts.plugin_writes_handshake(pv) and facts.scheduler_requires_handshake(sv):
+        if not component_versions.plugin_writes_handshake(
+            pv
+        ) and component_versions.scheduler_requires_handshake(sv):
             yield error(
                 both,
                 f"plugin {pv} no longer writes {HANDSHAKE_ANNOTATION}, but Volcano {sv} ignores "
                 "every node without it: no node gets any vGPU device, and nothing says so",
                 fix="upgrade Volcano to v1.14.3+/v1.15.1+ or use plugin v1.12.0",
             )
-        elif facts.plugin_writes_handshake(pv) and not facts.scheduler_requires_handshake(sv):
+        elif component_versions.plugin_writes_handshake(
+            pv
+        ) and not component_versions.scheduler_requires_handshake(sv):
             yield info(
                 both,
                 f"plugin {pv} with Volcano {sv} is outside the plugin's compatibility table "
@@ -112,14 +117,16 @@ def check_handshake(s: ClusterSnapshot) -> Iterator[Issue]:
                 "works through allocatable",
                 fix="use the plugin release built for this Volcano",
             )
-        if not facts.plugin_writes_mode(pv) and facts.scheduler_rejects_five_fields(sv):
+        if not component_versions.plugin_writes_mode(
+            pv
+        ) and component_versions.scheduler_rejects_five_fields(sv):
             yield error(
                 both,
                 f"plugin {pv} writes 5-field register records; Volcano {sv} rejects them "
                 "('wrong Node GPU info')",
                 fix="upgrade the plugin to v1.10.0 or later",
             )
-    if sv is not None and facts.scheduler_requires_handshake(sv):
+    if sv is not None and component_versions.scheduler_requires_handshake(sv):
         for node in s.vgpu_nodes:
             if HANDSHAKE_ANNOTATION not in annotations_of(node):
                 yield error(
@@ -142,7 +149,7 @@ def _allocatable(node: Mapping[str, Any], key: str) -> int:
 def check_default_names(s: ClusterSnapshot) -> Iterator[Issue]:
     sc = s.scheduler_container
     sv = sc.version if sc else None
-    if sv is None or not facts.scheduler_requires_default_names(sv):
+    if sv is None or not component_versions.scheduler_requires_default_names(sv):
         return
     sched_ref, _ = _refs(s)
     defaults = (DEFAULT_COUNT_NAME, DEFAULT_MEMORY_NAME, DEFAULT_CORES_NAME)

@@ -1,0 +1,215 @@
+"""`vgpu-operator doctor`: run every consistency rule against a cluster and say what is wrong.
+
+Read-only (GETs and LISTs only) and independent of the operator: it needs a kubeconfig that may
+read ConfigMaps, Deployments, DaemonSets, Nodes and Pods, and nothing of the operator installed.
+The operator configuration (resource names, where each component lives) is the built-in default
+unless `--config` names the file the operator runs with. Names given as `auto` there are
+resolved from the cluster as the operator resolves them at start, and printed with why;
+`--discover` resolves every name that way (a cluster set up by hand, e.g. in volcano-system).
+`--list-rules` lists every rule and what it checks, without a cluster. Exit code: 0 when nothing
+is wrong (notes only), 1 when a rule found an error or a warning, 2 when the check could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from vgpu_operator import kubeapi
+from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
+from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
+from vgpu_operator.models.config_refs import AUTO
+
+EXIT_CANNOT_RUN = 2
+
+
+def add_subcommand(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "doctor",
+        help="check the Volcano/HAMi vGPU configuration of a cluster (read-only)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_connection_arguments(parser)
+    parser.add_argument(
+        "--config", metavar="FILE", help="operator configuration file (default: built-in)"
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--rule",
+        action="append",
+        metavar="ID",
+        help="run only this rule (repeatable); default: every rule",
+    )
+    parser.add_argument(
+        "--discover",
+        action="store_true",
+        help="resolve every namespace, name and resource name from the cluster (as 'auto')",
+    )
+    parser.add_argument(
+        "--list-rules", action="store_true", help="list every rule and what it checks, and exit"
+    )
+    parser.set_defaults(func=cmd_doctor)
+
+
+def _load(path: str | None) -> OperatorConfig:
+    return load_config(Path(path).read_text()) if path else OperatorConfig()
+
+
+# Every reference and name discovery can resolve (models/config.py `auto_fields`).
+AUTO_REFS = (
+    "resourceNames",
+    "deviceConfig",
+    "nodeConfig",
+    "ascendNodeConfig",
+    "devicePlugin",
+    "ascendDevicePlugin",
+)
+
+
+def all_auto(config: OperatorConfig) -> OperatorConfig:
+    """`config` with every name to be resolved from the cluster."""
+    data = config.model_dump(by_alias=True, exclude_none=True)
+    data.update(dict.fromkeys(AUTO_REFS, AUTO))
+    data["scheduler"] = {"configMap": AUTO, "deployment": AUTO}
+    data["ascendVnpu"] = {**data.get("ascendVnpu", {}), "schedulerDevice": AUTO}
+    return OperatorConfig.model_validate(data)
+
+
+def rule_list() -> list[dict[str, str]]:
+    """Every registered rule: its id, what it checks (title) and, where its function says
+    more, that too."""
+    from vgpu_operator.core.rules import RULES
+
+    out = []
+    for r in RULES.values():
+        doc = (r.check.__doc__ or "").strip().split("\n\n", 1)[0]
+        out.append({"id": r.id, "checks": r.title, "details": " ".join(doc.split())})
+    return out
+
+
+def format_rule_list(rules: list[dict[str, str]]) -> str:
+    width = max(len(r["id"]) for r in rules)
+    lines = []
+    for r in rules:
+        lines.append(f"{r['id']:<{width}}  {r['checks']}")
+        if r["details"]:
+            lines += textwrap.wrap(
+                r["details"],
+                100,
+                initial_indent=" " * (width + 4),
+                subsequent_indent=" " * (width + 4),
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+    return "\n".join(lines) + "\n"
+
+
+def format_discovery(discovery: Any) -> str:
+    from vgpu_operator.core.volcano.discovery import describe
+
+    lines = ["Resolved from the cluster ('auto'):"]
+    lines += [f"  {line}" for line in describe(discovery)]
+    lines += [f"  note: {p}" for p in discovery.problems]
+    return "\n".join(lines) + "\n\n"
+
+
+def discovery_json(discovery: Any) -> dict[str, Any]:
+    return {
+        "resolved": [
+            {"field": r.field, "value": r.value, "why": r.why} for r in discovery.resolved
+        ],
+        "problems": list(discovery.problems),
+    }
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from vgpu_operator.core.report import exit_code, format_json, format_table, to_json_data
+    from vgpu_operator.core.rules import RULES
+
+    if args.list_rules:
+        rules = rule_list()
+        print(
+            json.dumps(rules, indent=2) if args.output == "json" else format_rule_list(rules),
+            end="",
+        )
+        return 0
+    try:
+        config = _load(args.config)
+        if args.discover:
+            config = all_auto(config)
+    except (OSError, ConfigError) as exc:
+        print(f"vgpu-operator doctor: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    unknown = sorted(set(args.rule or ()) - set(RULES))
+    if unknown:
+        print(
+            f"vgpu-operator doctor: unknown rule(s) {', '.join(unknown)}; known: "
+            + ", ".join(RULES),
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
+    try:
+        discovery, results = asyncio.run(_check(args.kubeconfig, args.context, config, args.rule))
+    except ConfigError as exc:
+        print(
+            f"vgpu-operator doctor: what was discovered is not a valid configuration:\n{exc}",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
+    except (CredentialsError, kubeapi.Unreachable, OSError) as exc:
+        print(f"vgpu-operator doctor: cannot reach the cluster: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except kubeapi.ApiError as exc:
+        print(
+            f"vgpu-operator doctor: the apiserver refused a read ({exc}); the credentials need "
+            "get/list on configmaps, deployments, daemonsets, nodes and pods",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
+    if args.output == "json":
+        if discovery.resolved or discovery.problems:
+            data = {"discovery": discovery_json(discovery), **to_json_data(results)}
+            print(json.dumps(data, indent=2, ensure_ascii=False))
+        else:
+            print(format_json(results), end="")
+    else:
+        if discovery.resolved or discovery.problems:
+            print(format_discovery(discovery), end="")
+        print(format_table(results), end="")
+    return exit_code(results)
+
+
+async def _check(
+    kubeconfig: str | None, context: str | None, config: OperatorConfig, only: list[str] | None
+) -> Any:
+    from vgpu_operator.controller.discovery import read_and_discover
+    from vgpu_operator.controller.rules_worker import run_rules
+    from vgpu_operator.controller.snapshot import read_snapshot
+    from vgpu_operator.kubeapi.credentials import resolve
+
+    api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-doctor")
+    async with api:
+        discovery = await read_and_discover(api, config)  # reads nothing without an `auto`
+        snapshot = await read_snapshot(api, discovery.config)
+    # In a worker process killed at a deadline, as the controller runs them: a rule that
+    # stalls on what a ConfigMap holds is reported, and doctor still completes.
+    return discovery, await run_rules(snapshot, only=only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vgpu_operator.commands.doctor ...`: the subcommand on its own."""
+    parser = argparse.ArgumentParser(prog="vgpu-operator")
+    add_subcommand(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["doctor", *(sys.argv[1:] if argv is None else argv)])
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

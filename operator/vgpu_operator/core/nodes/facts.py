@@ -1,0 +1,192 @@
+"""NodeFacts: the part of a Node the core reasons about, read once from the raw object.
+
+`node_facts(raw)` never raises: an annotation of the node contract that does not parse is kept
+as an error string, so the planner can report it instead of crashing the handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from vgpu_operator import contract
+from vgpu_operator.core.nodes.textcache import ANNOTATIONS
+from vgpu_operator.models.labels import (
+    SWITCH_LABELS,
+    reserved_label,
+    system_key,
+    valid_label_key,
+    valid_label_value,
+)
+from vgpu_operator.models.node import NodeConfig, Owned
+
+# Label prefixes GPU Feature Discovery (and NFD) write; kept apart for the validators.
+GFD_PREFIXES = ("nvidia.com/",)
+# Extended resources kept from a Node's capacity: the device plugins' (GPU evidence).
+DEVICE_RESOURCE_PREFIXES = ("nvidia.com/", "huawei.com/")
+# Annotations of the node contract the core reads.
+CONTRACT_ANNOTATIONS = (
+    contract.ANN_OWNED,
+    contract.ANN_TARGET,
+    contract.ANN_CONFIG,
+    contract.ANN_INVENTORY,
+    contract.ANN_ROLLOUT,
+    contract.ANN_RETAINED,  # core.nodes.adoption
+)
+
+TaintKey = tuple[str, str]  # (key, effect): a node holds at most one taint per pair
+
+
+def taint_key(taint: Mapping[str, Any]) -> TaintKey:
+    return (str(taint.get("key", "")), str(taint.get("effect", "")))
+
+
+def taint_value(taint: Mapping[str, Any]) -> str:
+    return str(taint.get("value") or "")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """A Node as the core sees it. `taints` are the raw dicts, kept verbatim (`timeAdded` and
+    all) because a taint list PATCH must give back every taint the operator does not own."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    resource_version: str = ""
+    owned: Owned = field(default_factory=Owned)
+    target: NodeConfig | None = None
+    config: NodeConfig | None = None
+    # Parse errors of the contract's annotations, by annotation key.
+    errors: Mapping[str, str] = field(default_factory=dict)
+    # The device plugins' extended resources in the Node's capacity (`nvidia.com/gpu: "8"`).
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False  # spec.unschedulable: cordoned (by anyone)
+
+    @property
+    def gfd(self) -> dict[str, str]:
+        """GPU Feature Discovery labels (`nvidia.com/...`)."""
+        return {k: v for k, v in self.labels.items() if k.startswith(GFD_PREFIXES)}
+
+    @property
+    def policy_label(self) -> str | None:
+        return self.labels.get(contract.LABEL_POLICY)
+
+    @property
+    def mode_label(self) -> str | None:
+        return self.labels.get(contract.LABEL_MODE)
+
+    @property
+    def agent_state(self) -> str | None:
+        return self.labels.get(contract.LABEL_STATE)
+
+    @property
+    def excluded(self) -> bool:
+        return self.labels.get(contract.LABEL_EXCLUDE) == "true"
+
+    def taint_map(self) -> dict[TaintKey, Mapping[str, Any]]:
+        return {taint_key(t): t for t in self.taints}
+
+
+def _str_map(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in raw.items() if v is not None}
+
+
+def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
+    """Build NodeFacts from a raw Node (a dict as the API returns it, or Kopf's body)."""
+    metadata = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    labels = _str_map(metadata.get("labels"))
+    all_annotations = _str_map(metadata.get("annotations"))
+    annotations = {k: v for k, v in all_annotations.items() if k in CONTRACT_ANNOTATIONS}
+    taints = tuple(dict(t) for t in (spec.get("taints") or []) if isinstance(t, Mapping))
+    status = raw.get("status") or {}
+    capacity = _str_map(status.get("capacity") or status.get("allocatable"))
+    errors: dict[str, str] = {}
+
+    owned, error = _owned(annotations.get(contract.ANN_OWNED))
+    if error is not None:
+        errors[contract.ANN_OWNED] = error
+
+    def config_of(key: str) -> NodeConfig | None:
+        config, error = _config(annotations.get(key))
+        if error is not None:
+            errors[key] = error
+        return config
+
+    return NodeFacts(
+        name=str(metadata.get("name", "")),
+        labels=labels,
+        annotations=annotations,
+        taints=taints,
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        owned=owned,
+        target=config_of(contract.ANN_TARGET),
+        config=config_of(contract.ANN_CONFIG),
+        errors=errors,
+        capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)},
+        unschedulable=spec.get("unschedulable") is True,
+    )
+
+
+# Parsed annotations, by their text: the nodes of one pool carry the same few texts, and every
+# watch event of every node is parsed (the models are frozen, so sharing them is safe). The
+# cache is bounded in bytes (core.nodes.textcache): the texts are anyone's who may annotate Nodes.
+def _owned(raw: str | None) -> tuple[Owned, str | None]:
+    return ANNOTATIONS.get("owned", raw, _parse_owned)
+
+
+def _config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
+    return ANNOTATIONS.get("config", raw, _parse_config)
+
+
+def _parse_owned(raw: str | None) -> tuple[Owned, str | None]:
+    try:
+        owned = Owned.from_annotation(raw)
+    except (ValidationError, ValueError) as exc:
+        return Owned(), _short(exc)
+    untrusted = untrusted_entries(owned)
+    if untrusted:
+        return Owned(), UNTRUSTED + ", ".join(untrusted)
+    return owned, None
+
+
+UNTRUSTED = "entries no policy could have made: "
+
+
+def untrusted_entries(owned: Owned) -> list[str]:
+    """What in an ownership record the operator cannot have written: a label a policy may not
+    set (kubernetes.io/, k8s.io/, vgpu.volcano.sh/, an invalid key or value) other than the two
+    GPU Operator switches, a taint with such a key, a `replaced` value for anything but the
+    switches. The record is then not trusted at all (the node is reported, never written): an
+    annotation anyone may edit must not make the operator remove or set what it never owned."""
+    bad: list[str] = []
+    for key, value in owned.labels.items():
+        ownable = key in SWITCH_LABELS or not (reserved_label(key) or system_key(key))
+        if not (ownable and valid_label_key(key) and valid_label_value(value)):
+            bad.append(f"label {key}")
+    for taint in owned.taints:
+        if system_key(taint.key) or not valid_label_key(taint.key):
+            bad.append(f"taint {taint.key}:{taint.effect}")
+    for key, value in owned.replaced.items():
+        if key not in SWITCH_LABELS or not valid_label_value(value):
+            bad.append(f"replaced {key}")
+    return bad
+
+
+def _parse_config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
+    try:
+        return NodeConfig.from_annotation(raw), None
+    except (ValidationError, ValueError) as exc:
+        return None, _short(exc)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,314 @@
+"""Per-node ConfigMaps: `volcano-vgpu-node-config` (`config.json`, hami-core and mig nodes) and
+`hami-device-node-config` (`node-config.yaml`, ascend-vnpu nodes).
+
+Ownership: the ConfigMap's annotation `vgpu.volcano.sh/owned-entries` is a JSON object
+`{node name: RFC 3339 time its entry last changed}`; its keys are the entries the operator owns.
+- A node in the desired set gets exactly the operator's fields (other keys of an existing entry,
+  e.g. `migstrategy`, are kept); an entry by that name that existed before is taken over, and
+  duplicates by that name are dropped (the plugin lets later entries win, so they would
+  silently override the rendered one).
+- An owned entry whose node left the desired set is removed.
+- Every other entry is left exactly as it was, in place.
+The times tell the restart logic which node's plugin pod read an outdated entry.
+
+A static-MIG node belongs to NVIDIA's device plugin (HAMi's does not run there, see
+`core.volcano.placement`); its entry is `hami-core` with every GPU in `filterdevices`, so a
+stray
+HAMi plugin pod (v1.12+) registers nothing and never runs `nvidia-mig-parted` over the layout
+(`operatingmode: mig` would: Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/plugin/server.go).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+from vgpu_operator import yamlsafe
+from vgpu_operator.contract import ANN_OWNED_ENTRIES
+from vgpu_operator.core.volcano import config_adoption
+from vgpu_operator.core.volcano.render.common import (
+    Rendered,
+    RenderError,
+    RoundTrip,
+    cm_annotations,
+    cm_data,
+    json_compact,
+    keep_trailing_newline,
+    number,
+    plain,
+    stamp,
+)
+from vgpu_operator.models.config import DeviceDefaults, OperatorConfig
+from vgpu_operator.models.config_refs import ConfigMapRef
+from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.models.policy_modes import FilterDevices
+
+NODE_FIELDS = frozenset(
+    {
+        "name",
+        "operatingmode",
+        "devicesplitcount",
+        "devicememoryscaling",
+        "devicecorescaling",
+        "filterdevices",
+    }
+)
+ASCEND_FIELDS = frozenset({"name", "vDeviceCount", "hami-vnpu-core", "filterDevices"})
+VGPU_MODES = ("hami-core", "mig")
+# The GPU indexes a policy's filterDevices may name (0-63): what a static node's entry filters
+# when the node's GPUs are not known yet.
+ALL_GPU_INDEXES = tuple(range(64))
+
+
+def owned_entries(cm: Mapping[str, Any] | None) -> dict[str, str]:
+    """{node: last change} from the ownership annotation; unreadable counts as owning nothing."""
+    raw = cm_annotations(cm).get(ANN_OWNED_ENTRIES)
+    if not raw:
+        return {}
+    try:
+        value = yamlsafe.json_loads(raw)
+    except yamlsafe.YamlRefused:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return {str(k): "" for k in value}
+    return {}
+
+
+def _filter(spec: FilterDevices | None) -> dict[str, list[Any]]:
+    return {
+        "uuid": list(spec.uuid) if spec else [],
+        "index": list(spec.index) if spec else [],
+    }
+
+
+def node_entry(
+    name: str,
+    config: NodeConfig,
+    defaults: DeviceDefaults,
+    gpus: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """The `nodeconfig` entry for a hami-core or mig node. Every value is explicit (the policy's,
+    else the operator default), so the result does not depend on plugin flag defaults (≤ v1.11
+    flags override the ConfigMap; vvdp #87). A static-MIG node's entry filters every GPU
+    (`gpus`: its GPU indexes; unknown: every index a policy may name)."""
+    if config.device_plugin != "hami":
+        return {
+            "name": name,
+            "operatingmode": "hami-core",
+            "devicesplitcount": defaults.device_split_count,
+            "devicememoryscaling": number(defaults.device_memory_scaling),
+            "devicecorescaling": number(defaults.device_core_scaling),
+            "filterdevices": {
+                "uuid": [],
+                "index": list(gpus) if gpus is not None else list(ALL_GPU_INDEXES),
+            },
+        }
+    hc = config.hami_core
+    split = hc.device_split_count if hc and hc.device_split_count else defaults.device_split_count
+    mem = hc.device_memory_scaling if hc and hc.device_memory_scaling else None
+    core = hc.device_core_scaling if hc and hc.device_core_scaling else None
+    return {
+        "name": name,
+        "operatingmode": config.mode,
+        "devicesplitcount": split,
+        "devicememoryscaling": number(mem or defaults.device_memory_scaling),
+        "devicecorescaling": number(core or defaults.device_core_scaling),
+        "filterdevices": _filter(hc.filter_devices if hc else None),
+    }
+
+
+def ascend_entry(name: str, config: NodeConfig, hami_vnpu_core: bool = False) -> dict[str, Any]:
+    """The `nodes` entry for an ascend-vnpu node: what the policy sets, and always
+    `hami-vnpu-core` (the policy's, else `hami_vnpu_core`: the global `vnpus.hamiVnpuCore` the
+    Ascend plugin reads). The plugin takes a matched entry's value over the global one, and a
+    missing key reads as false (Project-HAMi/ascend-device-plugin@v1.4.0:internal/vnpu.go
+    `NodeConfig`, internal/manager/manager.go `IsHamiVnpuCore`)."""
+    spec = config.ascend_vnpu
+    entry: dict[str, Any] = {"name": name}
+    if spec is not None and spec.v_device_count is not None:
+        entry["vDeviceCount"] = spec.v_device_count
+    if spec is not None and spec.hami_vnpu_core is not None:
+        entry["hami-vnpu-core"] = spec.hami_vnpu_core
+    else:
+        entry["hami-vnpu-core"] = hami_vnpu_core
+    if spec is not None and spec.filter_devices is not None:
+        entry["filterDevices"] = _filter(spec.filter_devices)
+    return entry
+
+
+def _merge(
+    entries: list[Any],
+    desired: Mapping[str, dict[str, Any]],
+    owned: set[str],
+    fields: frozenset[str],
+) -> tuple[list[Any], set[str]]:
+    """New entry list and the names whose entries changed. Entries are updated in place so a
+    round-trip document keeps comments on them."""
+    before: dict[str, list[Any]] = {}
+    for entry in entries:
+        if isinstance(entry, Mapping):
+            before.setdefault(str(entry.get("name", "")), []).append(plain(entry))
+    out: list[Any] = []
+    placed: set[str] = set()
+    for entry in entries:
+        name = str(entry.get("name", "")) if isinstance(entry, Mapping) else None
+        if name is not None and name in desired:
+            if name in placed:
+                continue  # a duplicate would override the rendered entry
+            assert isinstance(entry, MutableMapping)
+            want = desired[name]
+            for key in [k for k in entry if k in fields and k not in want]:
+                del entry[key]
+            for key, value in want.items():
+                if key not in entry or plain(entry[key]) != plain(value):
+                    entry[key] = value
+            out.append(entry)
+            placed.add(name)
+        elif name is not None and name in owned:
+            continue  # the node left: its entry goes
+        else:
+            out.append(entry)
+    for name in sorted(set(desired) - placed):
+        out.append(dict(desired[name]))
+    after: dict[str, list[Any]] = {}
+    for entry in out:
+        if isinstance(entry, Mapping):
+            after.setdefault(str(entry.get("name", "")), []).append(plain(entry))
+    touched = set(desired) | (owned & set(before))
+    changed = {n for n in touched if before.get(n) != after.get(n)}
+    return out, changed
+
+
+def _ownership(
+    old: Mapping[str, str], desired: Mapping[str, Any], changed: set[str], now: str
+) -> dict[str, str]:
+    """Time of each owned entry's last change; "" when it was taken over unchanged (unknown)."""
+    return {n: now if n in changed else old.get(n, "") for n in desired}
+
+
+def _finish(
+    cm: Mapping[str, Any] | None,
+    ref: ConfigMapRef,
+    text: str,
+    changed_entries: set[str],
+    owned: dict[str, str],
+    now: str,
+) -> Rendered:
+    data = cm_data(cm)
+    annotations = cm_annotations(cm)
+    new_ann = {ANN_OWNED_ENTRIES: json_compact(owned)}
+    data_changed = data.get(ref.key) != text
+    if data_changed:
+        new_ann.update(stamp(now))
+    data[ref.key] = text
+    ann_changed = any(annotations.get(k) != v for k, v in new_ann.items())
+    return Rendered(
+        data=data,
+        annotations=new_ann,
+        changed=data_changed or ann_changed or cm is None,
+        create=cm is None,
+        changed_entries=frozenset(changed_entries),
+    )
+
+
+def _render(
+    cm: Mapping[str, Any] | None,
+    ref: ConfigMapRef,
+    desired: dict[str, dict[str, Any]],
+    now: str,
+    list_key: str,
+    fields: frozenset[str],
+    load: Callable[[str], Any],
+    dump: Callable[[Any, str], str],
+) -> Rendered:
+    owned_before = owned_entries(cm)
+    if not desired and not owned_before:
+        return Rendered(data=cm_data(cm))  # nothing of ours, here or to come
+    current = cm_data(cm).get(ref.key, "")
+    doc = load(current)
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, MutableMapping):
+        raise RenderError(f"{ref.name}/{ref.key} is not a mapping; refusing to overwrite it")
+    entries = doc.get(list_key)
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise RenderError(f"{ref.name}/{ref.key}: {list_key!r} is not a list; refusing to edit it")
+    before = plain(doc)
+    merged, changed = _merge(list(entries), desired, set(owned_before), fields)
+    entries[:] = merged
+    doc[list_key] = entries
+    text = current if plain(doc) == before and current else dump(doc, current)
+    return _finish(cm, ref, text, changed, _ownership(owned_before, desired, changed, now), now)
+
+
+def _json_load(text: str) -> Any:
+    if not text.strip():
+        return None
+    try:
+        return yamlsafe.json_loads(text)
+    except yamlsafe.YamlRefused as exc:
+        raise RenderError(
+            f"config.json is not valid JSON ({exc}); refusing to overwrite it"
+        ) from exc
+
+
+def _json_dump(doc: Any, original: str) -> str:
+    text = json.dumps(doc, indent=4, ensure_ascii=False) + "\n"
+    return keep_trailing_newline(original, text)
+
+
+def render_node_config(
+    cm: Mapping[str, Any] | None,
+    released: Mapping[str, NodeConfig | None],
+    config: OperatorConfig,
+    now: str,
+    gpus: Mapping[str, Sequence[int] | None] | None = None,
+) -> Rendered:
+    """`volcano-vgpu-node-config`: `released` maps every node the operator manages to its
+    released configuration (`vgpu.volcano.sh/config`); hami-core and mig nodes get entries.
+    `gpus`: the GPU indexes of nodes, for the entries of static-MIG nodes."""
+    desired = {
+        name: node_entry(name, rc, config.device_defaults, (gpus or {}).get(name))
+        for name, rc in released.items()
+        if rc is not None and rc.mode in VGPU_MODES
+    }
+    rendered = _render(
+        cm, config.node_config, desired, now, "nodeconfig", NODE_FIELDS, _json_load, _json_dump
+    )
+
+    def implicit(name: str) -> dict[str, Any]:  # what a plugin uses for a node without entry
+        return node_entry(name, NodeConfig(mode="hami-core"), config.device_defaults)
+
+    key = config.node_config.key  # adopting a hand-made node config (core.volcano.config_adoption)
+    return config_adoption.entries_taken_over(rendered, cm, key, desired, implicit)
+
+
+def render_ascend_node_config(
+    cm: Mapping[str, Any] | None,
+    released: Mapping[str, NodeConfig | None],
+    config: OperatorConfig,
+    now: str,
+    hami_vnpu_core: bool = False,
+) -> Rendered:
+    """`hami-device-node-config`: one `nodes` entry per ascend-vnpu node, same ownership rules.
+    `hami_vnpu_core`: the global `vnpus.hamiVnpuCore` (the entries' default)."""
+    desired = {
+        name: ascend_entry(name, rc, hami_vnpu_core)
+        for name, rc in released.items()
+        if rc is not None and rc.mode == "ascend-vnpu"
+    }
+    state: dict[str, RoundTrip] = {}
+
+    def load(text: str) -> Any:
+        state["rt"] = RoundTrip(text)
+        return state["rt"].load()
+
+    def dump(doc: Any, original: str) -> str:
+        return keep_trailing_newline(original, state["rt"].dump(doc))
+
+    return _render(cm, config.ascend_node_config, desired, now, "nodes", ASCEND_FIELDS, load, dump)

@@ -1,0 +1,451 @@
+"""`ClusterSnapshot`: the raw objects read from the cluster, as plain dicts, plus the operator
+config; and the derived views every rule shares (what the scheduler reads, what the plugin
+reads, which nodes are managed and in which mode). Nothing here talks to the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
+
+from vgpu_operator import contract
+from vgpu_operator.core.volcano.component_versions import scheduler_parses_string_bools
+from vgpu_operator.core.volcano.geometry import ReportedGpuModel, reported_from_inventory
+from vgpu_operator.core.volcano.render.device_config import vnpus_section
+from vgpu_operator.core.volcano.render.node_config import owned_entries
+from vgpu_operator.core.volcano.render.plugin_args import PLUGIN_IMAGE_HINT
+from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.inventory import Inventory
+from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.models.volcano import (
+    DEFAULT_DEVICE_CONFIG_NAME,
+    PLUGIN_CM_NAMESPACES,
+    REGISTER_ANNOTATION,
+    SCHEDULER_FALLBACK_NVIDIA,
+    DeviceConfigFile,
+    NodeConfigFile,
+    NvidiaConfig,
+    PayloadError,
+    RegisteredGpu,
+    parse_device_config,
+    parse_node_config,
+    parse_register,
+)
+from vgpu_operator.models.volcano_views import (
+    ContainerView,
+    SchedulerConfView,
+    WorkloadView,
+    parse_scheduler_conf,
+    workload_view,
+)
+
+Obj = dict[str, Any]
+# GFD writes the NVML name with spaces as dashes; known models map back exactly.
+_PRODUCT_TO_NVML = {
+    m.nvml_name.replace(" ", "-"): m.nvml_name for m in gpu_catalog.GPU_MODELS.values()
+}
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("name", ""))
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+# Times read from the cluster are clamped into this range: what anyone may write into an
+# annotation (`9999-12-31T23:59:59.5Z`) must not overflow the date arithmetic done with it.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time (naive: UTC) clamped into [EARLIEST, LATEST]; None if it is none."""
+    if not isinstance(value, str) or not value or len(value) > 64:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return min(max(parsed, EARLIEST), LATEST)
+    except (ValueError, OverflowError):
+        return None
+
+
+def known_after(changed: datetime) -> datetime:
+    """The first time a pod start can be told apart from a change at `changed`.
+
+    Kubernetes keeps pod start times in whole seconds: a pod that "started at 12:00:07" started
+    somewhere in [12:00:07, 12:00:08), so a pod that started in the second of a change may have
+    started before it, however precisely the change is dated. Only a start in a later second is
+    known to be after it.
+    """
+    return changed.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def started_before(started: datetime, changed: datetime) -> bool:
+    """Whether a pod that started at `started` (whole seconds) may have started before a change.
+
+    The operator dates its own changes to the microsecond (`status.change_stamp`): a pod that
+    started in the same second may have read the old content, and counts as started before
+    (one restart too many is harmless; a plugin left on a configuration it never read is not).
+    Restarts wait for `known_after(changed)`, so their replacements cannot be taken for stale.
+    A whole-second time (a foreign edit dated by managedFields, or a creation) says nothing
+    finer than the pod's: a pod that started in that second counts as started after it, or
+    every fresh install, whose pods start in the second their ConfigMaps are created, would be
+    restarted once for nothing.
+    """
+    if changed.microsecond == 0:
+        return started < changed
+    return started < known_after(changed)
+
+
+def pod_started(pod: Mapping[str, Any]) -> datetime | None:
+    status = pod.get("status") or {}
+    return parse_time(status.get("startTime")) or parse_time(meta(pod).get("creationTimestamp"))
+
+
+def data_changed_at(cm: Mapping[str, Any]) -> datetime | None:
+    """When the ConfigMap's data last changed: the operator's stamp, else the newest
+    managedFields entry that owns data, else its creation."""
+    stamped = parse_time(annotations_of(cm).get(contract.ANN_DATA_CHANGED_AT))
+    if stamped:
+        return stamped
+    times = [
+        parse_time(mf.get("time"))
+        for mf in meta(cm).get("managedFields") or []
+        if isinstance(mf, Mapping) and "f:data" in (mf.get("fieldsV1") or {})
+    ]
+    known = [t for t in times if t is not None]
+    return max(known) if known else parse_time(meta(cm).get("creationTimestamp"))
+
+
+def requested(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Every resource any (init) container of the pod requests or limits, non-zero."""
+    spec = pod.get("spec") or {}
+    out: dict[str, str] = {}
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        res = (c or {}).get("resources") or {}
+        for part in ("limits", "requests"):
+            for key, value in (res.get(part) or {}).items():
+                if str(value) not in ("0", ""):
+                    out[str(key)] = str(value)
+    return out
+
+
+def pod_done(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Succeeded" or bool(
+        meta(pod).get("deletionTimestamp")
+    )
+
+
+@dataclass(frozen=True)
+class DeviceConfigSource:
+    namespace: str
+    name: str
+    cm: Obj | None
+    parsed: DeviceConfigFile | None
+    error: str | None = None
+
+    @property
+    def nvidia(self) -> NvidiaConfig | None:
+        return self.parsed.nvidia if self.parsed else None
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """What the rules see. Lists hold objects as the API returns them (dicts)."""
+
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+    configmaps: list[Obj] = field(default_factory=list)
+    deployments: list[Obj] = field(default_factory=list)
+    daemonsets: list[Obj] = field(default_factory=list)
+    nodes: list[Obj] = field(default_factory=list)
+    pods: list[Obj] = field(default_factory=list)
+
+    # --- lookups ----------------------------------------------------------------------------
+
+    def configmap(self, namespace: str, name: str) -> Obj | None:
+        return self._named(self.configmaps, namespace, name)
+
+    @staticmethod
+    def _named(items: list[Obj], namespace: str, name: str) -> Obj | None:
+        for obj in items:
+            if meta(obj).get("namespace") == namespace and name_of(obj) == name:
+                return obj
+        return None
+
+    def daemonset(self, namespace: str, name: str) -> Obj | None:
+        return self._named(self.daemonsets, namespace, name)
+
+    def _workload(self, items: list[Obj], namespace: str, name: str) -> WorkloadView | None:
+        obj = self._named(items, namespace, name)
+        return None if obj is None else workload_view(obj)
+
+    def node(self, name: str) -> Obj | None:
+        return next((n for n in self.nodes if name_of(n) == name), None)
+
+    def pods_of(self, workload: WorkloadView) -> list[Obj]:
+        return [p for p in self.pods if workload.selects(p)]
+
+    def pods_on(self, node: str) -> list[Obj]:
+        return [p for p in self.pods if (p.get("spec") or {}).get("nodeName") == node]
+
+    # --- scheduler --------------------------------------------------------------------------
+
+    @cached_property
+    def scheduler_cm(self) -> Obj | None:
+        ref = self.config.scheduler.config_map
+        return self.configmap(ref.namespace, ref.name)
+
+    @cached_property
+    def scheduler_conf(self) -> SchedulerConfView | None:
+        """The conf, its switches read as the scheduler's version reads them."""
+        cm = self.scheduler_cm
+        text = ((cm or {}).get("data") or {}).get(self.config.scheduler.config_map.key)
+        if text is None:
+            return None
+        version = self.scheduler_container.version if self.scheduler_container else None
+        string_bools = scheduler_parses_string_bools(version) if version is not None else None
+        try:
+            return parse_scheduler_conf(text, string_bools)
+        except PayloadError:
+            return None
+
+    @cached_property
+    def scheduler(self) -> WorkloadView | None:
+        ref = self.config.scheduler.deployment
+        return self._workload(self.deployments, ref.namespace, ref.name)
+
+    @cached_property
+    def scheduler_container(self) -> ContainerView | None:
+        ref = self.config.scheduler.deployment
+        return self.scheduler.container(ref.container, "scheduler") if self.scheduler else None
+
+    def device_source(self, namespace: str, name: str) -> DeviceConfigSource:
+        cm = self.configmap(namespace, name)
+        text = ((cm or {}).get("data") or {}).get("device-config.yaml")
+        if cm is None or text is None:
+            return DeviceConfigSource(namespace, name, cm, None, "missing")
+        try:
+            return DeviceConfigSource(namespace, name, cm, parse_device_config(text))
+        except PayloadError as exc:
+            return DeviceConfigSource(namespace, name, cm, None, str(exc))
+
+    @cached_property
+    def scheduler_device_config(self) -> DeviceConfigSource:
+        """The ConfigMap deviceshare loads (KnownGeometriesCMName/Namespace)."""
+        conf = self.scheduler_conf
+        ns, name = (
+            conf.deviceshare.known_geometries_cm
+            if conf
+            else ("kube-system", DEFAULT_DEVICE_CONFIG_NAME)
+        )
+        return self.device_source(ns, name)
+
+    @cached_property
+    def scheduler_nvidia(self) -> NvidiaConfig:
+        """What the scheduler works with: its ConfigMap's `nvidia:` (zero values if absent), or
+        the built-in fallback when the ConfigMap cannot be loaded at all."""
+        src = self.scheduler_device_config
+        if src.parsed is None:
+            return SCHEDULER_FALLBACK_NVIDIA
+        return src.parsed.nvidia or NvidiaConfig()
+
+    # --- device plugin ----------------------------------------------------------------------
+
+    @cached_property
+    def plugin(self) -> WorkloadView | None:
+        ref = self.config.device_plugin
+        return self._workload(self.daemonsets, ref.namespace, ref.name)
+
+    @cached_property
+    def plugin_container(self) -> ContainerView | None:
+        if self.plugin is None:
+            return None
+        return self.plugin.container(self.config.device_plugin.container, PLUGIN_IMAGE_HINT)
+
+    @cached_property
+    def ascend_plugin(self) -> WorkloadView | None:
+        ref = self.config.ascend_device_plugin
+        return self._workload(self.daemonsets, ref.namespace, ref.name)
+
+    @cached_property
+    def plugin_namespaces(self) -> tuple[str, ...]:
+        """Where the plugin looks for `volcano-vgpu-device-config`, in order (its name is fixed;
+        a later plugin takes `--device-config-namespace` / `DEVICE_CONFIG_NAMESPACE`)."""
+        c = self.plugin_container
+        if c is not None:
+            flag = c.flags.get("device-config-namespace")
+            if flag is not None and flag.value:
+                return (flag.value,)
+            if c.env.get("DEVICE_CONFIG_NAMESPACE"):
+                return (c.env["DEVICE_CONFIG_NAMESPACE"],)
+        return PLUGIN_CM_NAMESPACES
+
+    @cached_property
+    def plugin_device_config(self) -> DeviceConfigSource:
+        """The ConfigMap the device plugin reads (first namespace where it exists)."""
+        for ns in self.plugin_namespaces:
+            src = self.device_source(ns, DEFAULT_DEVICE_CONFIG_NAME)
+            if src.cm is not None:
+                return src
+        return self.device_source(self.plugin_namespaces[0], DEFAULT_DEVICE_CONFIG_NAME)
+
+    @cached_property
+    def node_config_cm(self) -> Obj | None:
+        ref = self.config.node_config
+        return self.configmap(ref.namespace, ref.name)
+
+    @cached_property
+    def node_config(self) -> NodeConfigFile:
+        """config.json as the plugin reads it (unreadable: no entries, every node hami-core)."""
+        text = ((self.node_config_cm or {}).get("data") or {}).get(self.config.node_config.key)
+        try:
+            return parse_node_config(text or "")
+        except PayloadError:
+            return NodeConfigFile()
+
+    @cached_property
+    def owned_node_entries(self) -> dict[str, str]:
+        return owned_entries(self.node_config_cm)
+
+    @cached_property
+    def hami_vnpu_core(self) -> bool:
+        """The global `vnpus.hamiVnpuCore` of the Ascend plugin's ConfigMap (absent: false)."""
+        ref = self.config.ascend_vnpu.scheduler_device
+        vnpus = vnpus_section(self.configmap(ref.namespace, ref.name), ref.key)
+        return isinstance(vnpus, Mapping) and vnpus.get("hamiVnpuCore") is True
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    @cached_property
+    def gpus_by_node(self) -> dict[str, list[int] | None]:
+        """The GPU indexes of every managed node (`gpu_indexes`), for node-config entries."""
+        return {
+            name_of(n): self.gpu_indexes(n)
+            for n in self.nodes
+            if contract.ANN_CONFIG in annotations_of(n)
+        }
+
+    def released(self, node: Mapping[str, Any]) -> NodeConfig | None:
+        try:
+            return NodeConfig.from_annotation(annotations_of(node).get(contract.ANN_CONFIG))
+        except ValueError:
+            return None
+
+    def managed(self, modes: tuple[str, ...]) -> list[Obj]:
+        """Nodes the operator manages whose released mode is one of `modes`."""
+        out = []
+        for node in self.nodes:
+            rc = self.released(node)
+            if rc is not None and rc.mode in modes:
+                out.append(node)
+        return out
+
+    def plugin_nodes(self, plugin: contract.DevicePlugin) -> list[Obj]:
+        """Managed nodes whose released configuration HAMi's `plugin` must serve."""
+        out = []
+        for node in self.nodes:
+            rc = self.released(node)
+            if rc is not None and rc.device_plugin == plugin:
+                out.append(node)
+        return out
+
+    @cached_property
+    def vgpu_nodes(self) -> list[Obj]:
+        """Managed nodes HAMi's vGPU plugin serves (hami-core, dynamic MIG; static MIG is
+        NVIDIA's plugin's), and (for clusters the operator does not manage) nodes whose plugin
+        registered GPUs or that have a node-config entry."""
+        managed = self.plugin_nodes("hami")
+        names = {name_of(n) for n in managed}
+        entries = set(self.node_config.names())
+        for node in self.nodes:
+            if name_of(node) in names or self.released(node) is not None:
+                continue
+            if REGISTER_ANNOTATION in annotations_of(node) or name_of(node) in entries:
+                managed.append(node)
+                names.add(name_of(node))
+        return managed
+
+    def registered(self, node: Mapping[str, Any]) -> list[RegisteredGpu] | None:
+        raw = annotations_of(node).get(REGISTER_ANNOTATION)
+        if raw is None:
+            return None
+        try:
+            return parse_register(raw)
+        except PayloadError:
+            return []
+
+    def is_mig(self, node: Mapping[str, Any]) -> bool:
+        """A MIG node of HAMi's plugin (dynamic partitioning): static MIG nodes are served by
+        NVIDIA's device plugin, and neither the scheduler's geometries nor HAMi concern them."""
+        rc = self.released(node)
+        if rc is not None:
+            return rc.mode == "mig" and rc.device_plugin == "hami"
+        if self.node_config.effective_for(name_of(node)).mode == "mig":
+            return True
+        return any(g.mode == "mig" for g in self.registered(node) or [])
+
+    def gpu_indexes(self, node: Mapping[str, Any]) -> list[int] | None:
+        """The indexes of the node's GPUs: from the agent's inventory, else 0..n-1 with n from
+        GFD's count label; None when neither says."""
+        inv = self.inventory(node)
+        if inv is not None and inv.gpus:
+            return sorted(g.index for g in inv.gpus)
+        try:
+            count = int(labels_of(node).get(contract.GFD_COUNT, ""))
+        except ValueError:
+            return None
+        return list(range(count)) if count >= 0 else None
+
+    def inventory(self, node: Mapping[str, Any]) -> Inventory | None:
+        try:
+            return Inventory.from_annotation(annotations_of(node).get(contract.ANN_INVENTORY))
+        except ValueError:
+            return None
+
+    @cached_property
+    def mig_nodes(self) -> list[Obj]:
+        return [n for n in self.nodes if self.is_mig(n)]
+
+    @cached_property
+    def mig_gpu_names(self) -> list[str]:
+        """NVML names of the GPUs on MIG-mode nodes (what knownMigGeometries must cover)."""
+        return sorted({name for n in self.mig_nodes for name in self.gpu_names(n)[0]})
+
+    @cached_property
+    def reported_models(self) -> list[ReportedGpuModel]:
+        out: dict[str, ReportedGpuModel] = {}
+        for node in self.nodes:
+            inv = self.inventory(node)
+            for model in reported_from_inventory(inv) if inv else []:
+                if model.nvml_name not in out or not out[model.nvml_name].profiles:
+                    out[model.nvml_name] = model
+        return [out[k] for k in sorted(out)]
+
+    def gpu_names(self, node: Mapping[str, Any]) -> tuple[list[str], str]:
+        """NVML names of the node's GPUs and where they came from: the plugin's register
+        records (what the scheduler matches), the agent's inventory, or the GFD label."""
+        records = self.registered(node)
+        if records:
+            return sorted({g.type.removeprefix("NVIDIA-") for g in records}), "register"
+        inv = self.inventory(node)
+        if inv is not None and inv.gpus:
+            return sorted({g.name for g in inv.gpus}), "inventory"
+        product = labels_of(node).get(contract.GFD_PRODUCT)
+        if product:
+            return [_PRODUCT_TO_NVML.get(product, product)], "label"
+        return [], "none"

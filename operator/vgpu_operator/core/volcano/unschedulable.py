@@ -1,0 +1,447 @@
+"""Pods that can never be scheduled: pure fit checks against what the cluster offers.
+
+A pending pod that asks for vGPUs it can never get just stays Pending; the Volcano scheduler
+says why only in its own log. `causes(pod, context)` names each reason such a pod can never be
+placed, with the fix, so the controller can post it as a Warning Event on the pod:
+
+- `no-vgpu-node`: it requests vGPU resources but no node runs in a mode that serves them (or
+  in the mode its `volcano.sh/vgpu-mode` annotation asks for);
+- `no-mig-geometry`: `volcano.sh/vgpu-mode: mig`, but no MIG node's geometry has an instance
+  that holds the memory asked (or the MIG nodes' GPU models are in no geometry: the scheduler
+  then treats them as hami-core);
+- `vgpu-memory-too-large`: the memory per vGPU is more than any GPU serving it has;
+- `vgpu-number-too-large`: a container asks for more vGPUs than any node serving it has GPUs;
+- `gpu-sharing-off`: legacy `volcano.sh/gpu-memory` (`gpu-number`) while the scheduler's GPU
+  sharing (GPU number) switch is off;
+- `not-volcano`: vGPU resources, and a scheduler other than Volcano.
+
+What the scheduler does is read from volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/
+nvidia/vgpu (utils.go `checkNodeGPUSharingPredicateAndScore`: a pod's mode annotation must equal
+the node's; a node whose MIG geometry is unknown falls back to hami-core; mig.go: the first
+instance of a group whose memory holds the request, the request multiplied by gpuMemoryFactor
+when it is above 1; device_info.go: one GPU per requested vGPU in hami-core mode) and
+pkg/scheduler/api/devices/util.go `ExtractResourceRequest` (only memory set: one vGPU).
+
+Only what is certain is reported: a node whose GPU count or memory is unknown counts as one that
+fits, and the checks are per container (a container that fits nowhere cannot be placed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_operator import contract
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, labels_of
+from vgpu_operator.models.volcano import (
+    LEGACY_GPU_MEMORY,
+    LEGACY_GPU_NUMBER,
+    POD_VGPU_MODE,
+    first_match,
+)
+
+MODES = ("hami-core", "mig")
+UAE = "UnexpectedAdmissionError"
+
+# cause id -> the Event reason
+REASONS: dict[str, str] = {
+    "no-vgpu-node": "NoVGPUNode",
+    "no-mig-geometry": "NoFittingMIGGeometry",
+    "vgpu-memory-too-large": "VGPUMemoryTooLarge",
+    "vgpu-number-too-large": "VGPUNumberTooLarge",
+    "gpu-sharing-off": "GPUSharingDisabled",
+    "not-volcano": "VGPUNotScheduledByVolcano",
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str  # a key of REASONS
+    message: str  # the cause and the fix
+
+    @property
+    def reason(self) -> str:
+        return REASONS[self.id]
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What the scheduler sees of a vGPU node, as far as fit goes. Nodes alike share one."""
+
+    mode: str  # as the scheduler treats it: hami-core or mig
+    mig_configured: bool = False  # runs MIG (treated as hami-core when no geometry applies)
+    gpus: int | None = None  # GPUs registered (None: unknown)
+    memory: int | None = None  # the largest GPU's memory, MiB / gpuMemoryFactor (None: unknown)
+    instances: tuple[int, ...] = ()  # mig: MiB of every instance type its geometries have
+    per_gpu: int = 1  # mig: the most instances one GPU's geometry has
+    models: tuple[str, ...] = ()  # GPU names, for messages
+
+    @property
+    def capacity(self) -> int | None:
+        """vGPUs of one container the node can hold at most."""
+        return None if self.gpus is None else self.gpus * self.per_gpu
+
+
+@dataclass(frozen=True)
+class FitContext:
+    """What the checks compare a pod with; built from a `ClusterSnapshot` (`fit_context`)."""
+
+    shapes: frozenset[NodeShape] = frozenset()
+    count_names: frozenset[str] = frozenset({"volcano.sh/vgpu-number"})
+    memory_names: frozenset[str] = frozenset({"volcano.sh/vgpu-memory"})
+    percentage_names: frozenset[str] = frozenset({"volcano.sh/vgpu-memory-percentage"})
+    scheduler_name: str = "volcano"
+    memory_factor: int = 1
+    device_config: str = "kube-system/volcano-vgpu-device-config"  # for messages
+    scheduler_conf: str = "volcano-system/volcano-scheduler-configmap"  # for messages
+    # Legacy switches: None when the scheduler conf is unknown (nothing is said then).
+    gpu_sharing: bool | None = None
+    gpu_number: bool | None = None
+    mig_models_without_geometry: tuple[str, ...] = field(default=())
+
+    @property
+    def vgpu_names(self) -> frozenset[str]:
+        return self.count_names | self.memory_names | self.percentage_names
+
+
+@dataclass(frozen=True)
+class ContainerAsk:
+    name: str
+    count: int  # vGPUs
+    memory: int | None  # MiB (gpuMemoryFactor units) per vGPU; None: a share or the whole GPU
+
+
+# --- reading the pod --------------------------------------------------------------------------
+
+_QUANTITY = re.compile(r"^([0-9]+)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_MULTIPLIERS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def quantity(value: Any) -> int | None:
+    """An integer resource quantity (extended resources are whole numbers); None if not one."""
+    m = _QUANTITY.match(str(value).strip())
+    if m is None:
+        return None
+    return int(m.group(1)) * _MULTIPLIERS[m.group(2)]
+
+
+def _limits(container: Mapping[str, Any]) -> dict[str, Any]:
+    """Limits, else requests (an extended resource has both equal, or limits only)."""
+    res = container.get("resources") or {}
+    return {**(res.get("requests") or {}), **(res.get("limits") or {})}
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [c for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])] if c]
+
+
+def container_asks(pod: Mapping[str, Any], ctx: FitContext) -> list[ContainerAsk]:
+    """The vGPUs each container asks for (containers asking none left out)."""
+    out = []
+    for c in _containers(pod):
+        limits = _limits(c)
+        count = _first(limits, ctx.count_names)
+        memory = _first(limits, ctx.memory_names)
+        share = _first(limits, ctx.percentage_names)
+        if not count and not memory and not share:
+            continue
+        out.append(ContainerAsk(str(c.get("name", "")), count or 1, memory or None))
+    return out
+
+
+def _first(limits: Mapping[str, Any], names: Iterable[str]) -> int | None:
+    for name in sorted(names):
+        if name in limits:
+            return quantity(limits[name])
+    return None
+
+
+def _requests(pod: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    wanted = set(names)
+    found = {str(k) for c in _containers(pod) for k, v in _limits(c).items() if str(v) != "0"}
+    return sorted(found & wanted)
+
+
+def pending(pod: Mapping[str, Any]) -> bool:
+    """Not bound to a node, not finished, not being deleted."""
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return (
+        not (pod.get("spec") or {}).get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and phase not in ("Succeeded", "Failed")
+    )
+
+
+# --- the checks -------------------------------------------------------------------------------
+
+
+def causes(pod: Mapping[str, Any], ctx: FitContext) -> list[Cause]:
+    """Why this pending pod can never be scheduled; empty when it can (or is not pending)."""
+    if not pending(pod):
+        return []
+    out: list[Cause] = []
+    legacy = _legacy(pod, ctx)
+    if legacy is not None:
+        out.append(legacy)
+    asks = container_asks(pod, ctx)
+    if not asks:
+        return out
+    names = ", ".join(_requests(pod, ctx.vgpu_names))
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    if scheduler != ctx.scheduler_name:
+        out.append(
+            Cause(
+                "not-volcano",
+                f"the pod requests {names} but is scheduled by {scheduler}, not "
+                f"{ctx.scheduler_name}: only Volcano's deviceshare plugin allocates vGPUs; bound "
+                f"by another scheduler it gets no device and kubelet rejects it ({UAE}). Fix: "
+                f"set spec.schedulerName: {ctx.scheduler_name} in the pod's template and "
+                "recreate the pod (a pod's scheduler cannot be changed)",
+            )
+        )
+    mode = annotations_of(pod).get(POD_VGPU_MODE)
+    fit = _fit(asks, mode, ctx, names)
+    if fit is not None:
+        out.append(fit)
+    return out
+
+
+def _legacy(pod: Mapping[str, Any], ctx: FitContext) -> Cause | None:
+    """Legacy GPU sharing requested while the scheduler's switch for it is off."""
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    if scheduler != ctx.scheduler_name:
+        return None  # not Volcano's to place
+    asked = _requests(pod, (LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER))
+    off = [
+        (name, switch)
+        for name, switch, on in (
+            (LEGACY_GPU_MEMORY, "GPUSharingEnable", ctx.gpu_sharing),
+            (LEGACY_GPU_NUMBER, "GPUNumberEnable", ctx.gpu_number),
+        )
+        if name in asked and on is False
+    ]
+    if not off:
+        return None
+    what = " and ".join(name for name, _ in off)
+    switches = " and ".join(f"deviceshare.{s}" for _, s in off)
+    return Cause(
+        "gpu-sharing-off",
+        f"the pod requests {what} (legacy GPU sharing) but {switches} is off in "
+        f"{ctx.scheduler_conf}: no scheduler plugin allocates a GPU for it, and the legacy "
+        "device plugin finds none to give it. Fix: request volcano.sh/vgpu-number (and "
+        "volcano.sh/vgpu-memory in MiB) instead; GPU sharing is deprecated since Volcano v1.9",
+    )
+
+
+def _fit(asks: list[ContainerAsk], mode: str | None, ctx: FitContext, names: str) -> Cause | None:
+    wanted = (mode,) if mode else MODES
+    candidates = [s for s in ctx.shapes if s.mode in wanted]
+    if not candidates:
+        return _no_node(mode, ctx, names)
+    for ask in asks:
+        if ask.memory is not None and not any(_holds(s, ask.memory, ctx) for s in candidates):
+            return _too_much_memory(ask, mode, candidates, ctx)
+    for ask in asks:
+        if not any(_room(s, ask.count) for s in candidates):
+            most = max(s.capacity or 0 for s in candidates)
+            return Cause(
+                "vgpu-number-too-large",
+                f"container {ask.name} asks for {ask.count} vGPUs, and no node that serves it "
+                f"{_in_mode(mode)}has room for that many: the most is {most} (one vGPU per "
+                "GPU of a container in hami-core mode). Fix: ask for at most "
+                f"{most}, or spread the work over more pods",
+            )
+        both = [s for s in candidates if _room(s, ask.count) and _holds(s, ask.memory, ctx)]
+        if not both:
+            return Cause(
+                "vgpu-number-too-large",
+                f"container {ask.name} asks for {ask.count} vGPUs of {ask.memory} MiB each, and "
+                f"no node that serves it {_in_mode(mode)}has {ask.count} GPUs that large (nodes "
+                f"with that many GPUs have smaller ones). Fix: ask for fewer or smaller vGPUs, "
+                "or add nodes with more large GPUs to a vGPU policy",
+            )
+    return None
+
+
+def _in_mode(mode: str | None) -> str:
+    return f"in {mode} mode " if mode else ""
+
+
+def _room(shape: NodeShape, count: int) -> bool:
+    capacity = shape.capacity
+    return capacity is None or capacity >= count
+
+
+def _holds(shape: NodeShape, memory: int | None, ctx: FitContext) -> bool:
+    """Whether one vGPU of `memory` fits a GPU of the node."""
+    if memory is None:
+        return True
+    if shape.mode == "mig":
+        asked = memory * ctx.memory_factor if ctx.memory_factor > 1 else memory
+        return any(i >= asked for i in shape.instances)
+    return shape.memory is None or shape.memory >= memory
+
+
+def _no_node(mode: str | None, ctx: FitContext, names: str) -> Cause:
+    present = sorted({s.mode for s in ctx.shapes})
+    if mode == "mig" and any(s.mig_configured for s in ctx.shapes):
+        models = ", ".join(ctx.mig_models_without_geometry) or "their GPUs"
+        return Cause(
+            "no-mig-geometry",
+            f"the pod asks for {POD_VGPU_MODE}: mig, but the MIG nodes' GPU models ({models}) "
+            f"match no knownMigGeometries entry of {ctx.device_config}: the scheduler treats "
+            "those nodes as hami-core and rejects the pod on each. Fix: add the models to "
+            "knownMigGeometries (the operator renders them for the nodes it manages: see the "
+            "finding mig-geometry-coverage), then restart the scheduler",
+        )
+    if mode is not None and mode not in MODES:
+        return Cause(
+            "no-vgpu-node",
+            f"the pod asks for {POD_VGPU_MODE}: {mode}, a mode no node has (vGPU nodes run "
+            "hami-core or mig): the scheduler rejects it on every node. Fix: set "
+            f"{POD_VGPU_MODE} to hami-core or mig, or remove the annotation",
+        )
+    if mode is not None:
+        others = f" (vGPU nodes run {', '.join(present)})" if present else ""
+        return Cause(
+            "no-vgpu-node",
+            f"the pod asks for {POD_VGPU_MODE}: {mode}, but no node runs in {mode} mode"
+            f"{others}: the scheduler rejects it on every node. Fix: put GPU nodes in {mode} "
+            f"mode with a VGPUNodePolicy (spec.mode: {mode}), or remove the annotation",
+        )
+    return Cause(
+        "no-vgpu-node",
+        f"the pod requests {names} but no node runs in a mode that serves vGPUs (hami-core, "
+        "or mig with dynamic partitioning): no node will ever offer them. Fix: select GPU nodes "
+        "with a VGPUNodePolicy in mode hami-core (or mig), or request nvidia.com/gpu for whole "
+        "GPUs instead",
+    )
+
+
+def _too_much_memory(
+    ask: ContainerAsk, mode: str | None, candidates: list[NodeShape], ctx: FitContext
+) -> Cause:
+    assert ask.memory is not None
+    factor = f" (MiB / gpuMemoryFactor {ctx.memory_factor})" if ctx.memory_factor > 1 else ""
+    if mode == "mig":
+        largest = max((i for s in candidates for i in s.instances), default=0)
+        return Cause(
+            "no-mig-geometry",
+            f"container {ask.name} asks for {ask.memory} MiB per vGPU in mig mode, but no MIG "
+            f"geometry of the MIG nodes' GPUs has an instance that large: the largest is "
+            f"{largest} MiB ({ctx.device_config}, knownMigGeometries). Fix: ask for at most "
+            f"{largest} MiB of vGPU memory, or run the pod in hami-core mode (remove "
+            f"{POD_VGPU_MODE})",
+        )
+    gpu = max((s.memory or 0 for s in candidates if s.mode != "mig"), default=0)
+    instance = max((i for s in candidates if s.mode == "mig" for i in s.instances), default=0)
+    largest = max(gpu, instance // ctx.memory_factor if ctx.memory_factor > 1 else instance)
+    return Cause(
+        "vgpu-memory-too-large",
+        f"container {ask.name} asks for {ask.memory} MiB{factor} per vGPU, more than any GPU "
+        f"of the nodes that serve it {_in_mode(mode)}has: the largest has {largest}. Fix: ask "
+        f"for at most {largest} (or for a share of a GPU with "
+        f"{', '.join(sorted(ctx.percentage_names))}), or add nodes with larger GPUs to a vGPU "
+        "policy",
+    )
+
+
+# --- the context from a snapshot --------------------------------------------------------------
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def node_shape(s: ClusterSnapshot, node: Mapping[str, Any], factor: int) -> NodeShape:
+    """The shape of one vGPU node: its GPUs from the plugin's registration (what the
+    scheduler reads), else the agent's inventory, else GPU Feature Discovery's labels."""
+    records = s.registered(node) or []
+    names = tuple(s.gpu_names(node)[0])
+    gpus: int | None
+    memory: int | None
+    if records:
+        gpus, memory = len(records), max(g.memory for g in records)
+    else:
+        inv = s.inventory(node)
+        if inv is not None and inv.gpus:
+            gpus, memory = len(inv.gpus), max(g.memory_mib for g in inv.gpus) // factor
+        else:
+            labels = labels_of(node)
+            gpus = _int(labels.get(contract.GFD_COUNT, ""))
+            total = _int(labels.get(contract.GFD_MEMORY, ""))
+            memory = total // factor if total is not None else None
+    if not s.is_mig(node):
+        return NodeShape("hami-core", False, gpus, memory, models=names)
+    entries = s.scheduler_nvidia.geometries()
+    groups = []
+    for name in names:
+        entry = first_match(entries, name)
+        groups.extend(entry.allowed_geometries if entry is not None else [])
+    if not groups:  # the scheduler falls back to hami-core for this node
+        return NodeShape("hami-core", True, gpus, memory, models=names)
+    instances = tuple(sorted({t.memory for g in groups for t in g.geometries}))
+    per_gpu = max((sum(t.count for t in g.geometries) for g in groups), default=1)
+    return NodeShape("mig", True, gpus, memory, instances, max(per_gpu, 1), names)
+
+
+def fit_context(s: ClusterSnapshot) -> FitContext:
+    """What the fit checks need of a snapshot (the vGPU nodes, deduplicated by shape)."""
+    nvidia = s.scheduler_nvidia
+    factor = nvidia.gpu_memory_factor or 1
+    shapes = {node_shape(s, n, factor) for n in s.vgpu_nodes}
+    unmatched = sorted(
+        {m for sh in shapes if sh.mig_configured and sh.mode != "mig" for m in sh.models}
+    )
+    names = s.config.resource_names
+    conf = s.scheduler_conf
+    sharing = number = None
+    if conf is not None:
+        predicates = conf.plugin("predicates")
+        old = predicates.arguments if predicates is not None else {}
+        args = conf.deviceshare
+        sharing = args.maybe("GPUSharingEnable") or old.get("predicate.GPUSharingEnable") is True
+        number = args.maybe("GPUNumberEnable") or old.get("predicate.GPUNumberEnable") is True
+    src = s.scheduler_device_config
+    ref = s.config.scheduler.config_map
+    return FitContext(
+        shapes=frozenset(shapes),
+        count_names=_names(nvidia.resource_count_name, names.count),
+        memory_names=_names(nvidia.resource_memory_name, names.memory),
+        percentage_names=_names(nvidia.resource_memory_percentage_name, names.memory_percentage),
+        scheduler_name=scheduler_name(s),
+        memory_factor=factor,
+        device_config=f"{src.namespace}/{src.name}",
+        scheduler_conf=f"{ref.namespace}/{ref.name}",
+        gpu_sharing=sharing,
+        gpu_number=number,
+        mig_models_without_geometry=tuple(unmatched),
+    )
+
+
+def _names(*names: str | None) -> frozenset[str]:
+    return frozenset(n for n in names if n)
+
+
+def scheduler_name(s: ClusterSnapshot) -> str:
+    """The name Volcano schedules under: its `--scheduler-name` flag, else `volcano`."""
+    c = s.scheduler_container
+    flag = c.flags.get("scheduler-name") if c else None
+    return flag.value if flag is not None and flag.value else "volcano"
