@@ -1,7 +1,7 @@
 """The node contract: label and annotation names shared by the controller, the agent and rollout.
 
 Every key the operator, the node agent and the transition logic read or write on a Node is named
-here and only here (docs/design.md, "The node contract").
+here and only here (docs/architecture.md, "The node contract").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ object never stalls the operator.
 
 - generated specs: the models accept a spec if and only if the CRD accepts it;
 - a policy name over 63 characters is refused naming metadata.name (the other admission cases
-  are in tests/unit/crd/invalid_specs.py, run by test_policy_validation.py);
+  are in tests/kit/invalid_specs.py, run by test_policy_validation.py);
 - a node without GPU evidence is reported and never written, a forged ownership record makes the
   operator trust nothing of it, and the policy's other nodes converge;
 - a forged inventory does not change knownMigGeometries; ConfigMaps with an integer of 4,301
@@ -35,8 +35,7 @@ from tests.cluster.volcano_env import (
     volcano_env,
 )
 from tests.cluster.volcano_ops import OperatorFactory, run_doctor, volcano_operator
-from tests.unit.crd import specgen
-from tests.unit.volcano import hostile
+from tests.kit import hostile, specgen
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.reconciler import ReconcilerOptions

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
-from tests.unit.crd.invalid_specs import INVALID_SPECS, InvalidSpec
+from tests.kit.invalid_specs import INVALID_SPECS, InvalidSpec
 from vgpu_devcluster import binaries
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes

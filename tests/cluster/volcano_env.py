@@ -1,5 +1,5 @@
 """A Volcano/HAMi install on the test cluster, built from the seeds' real configurations
-(tests/unit/volcano/fixtures): the scheduler ConfigMap and Deployment (volcano-system), the
+(tests/data/volcano): the scheduler ConfigMap and Deployment (volcano-system), the
 device and node ConfigMaps and the device plugin DaemonSet (kube-system), running on simulated
 nodes (controller manager, kube-scheduler and kwok give them pods), with the simulated device
 plugin registering each node's GPUs when its plugin pod starts.

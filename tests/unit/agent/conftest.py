@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.agent.agentkit import FakeNode, make_node
+from tests.kit.smi_samples import FakeNode, make_node
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.agent.agentkit import FakeNode
-from tests.unit.mig.migkit import config, dynamic, static
+from tests.kit.migkit import config, dynamic, static
+from tests.kit.smi_samples import FakeNode
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, observe, reconcile_gpus
 from vgpu_operator.agent.smi import NvidiaSmi

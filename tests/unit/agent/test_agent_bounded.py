@@ -9,8 +9,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from tests.unit.agent.agentkit import FakeNode
-from tests.unit.mig.migkit import static
+from tests.kit.migkit import static
+from tests.kit.smi_samples import FakeNode
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, reconcile_gpus
 from vgpu_operator.agent.smi import NvidiaSmi

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.mig.migkit import dynamic, static
+from tests.kit.migkit import dynamic, static
 from vgpu_operator import contract
 from vgpu_operator.agent import decide
 from vgpu_operator.agent.apply import Outcome, Reason

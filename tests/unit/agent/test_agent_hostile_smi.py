@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.agent.memapi import MemoryNodeApi
+from tests.kit.memapi import MemoryNodeApi
 from vgpu_devcluster import fakesmi
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator import contract

@@ -8,9 +8,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from tests.unit.agent.agentkit import FakeNode
-from tests.unit.agent.memapi import MemoryNodeApi
-from tests.unit.mig.migkit import dynamic, static
+from tests.kit.memapi import MemoryNodeApi
+from tests.kit.migkit import dynamic, static
+from tests.kit.smi_samples import FakeNode
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator import contract
 from vgpu_operator.agent.loop import Agent, AgentOptions

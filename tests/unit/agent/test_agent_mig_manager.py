@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.unit.agent.agentkit import FakeNode
-from tests.unit.agent.memapi import MemoryNodeApi
+from tests.kit.memapi import MemoryNodeApi
+from tests.kit.smi_samples import FakeNode
 from tests.unit.agent.test_agent_loop import DYN, SEVEN
 from vgpu_operator import contract
 from vgpu_operator.agent import decide

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.agent.agentkit import MIG_USER_GUIDE, SAMPLE_SOURCES, SAMPLES, sample, transcript
+from tests.kit.smi_samples import MIG_USER_GUIDE, SAMPLE_SOURCES, SAMPLES, sample, transcript
 from vgpu_operator.agent.parse import (
     SmiErrorKind,
     classify,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.unit.agent.agentkit import FakeNode, transcript
-from tests.unit.mig.migkit import gpu, node, static
+from tests.kit.migkit import gpu, node, static
+from tests.kit.smi_samples import FakeNode, transcript
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.apply import Reason, reconcile_gpus
 from vgpu_operator.agent.parse import SmiErrorKind, classify, parse_lcip, parse_lgip

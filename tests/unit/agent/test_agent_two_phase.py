@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.unit.agent.agentkit import FakeNode
-from tests.unit.mig.migkit import node, static
+from tests.kit.migkit import node, static
+from tests.kit.smi_samples import FakeNode
 from vgpu_operator.agent.apply import Reason, observe, reconcile_gpus
 from vgpu_operator.core.mig.partition import StepKind, plan_node
 from vgpu_operator.models.inventory import GpuInfo

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.volcano.volcano_fixtures import healthy
+from tests.kit.volcano_fixtures import healthy
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.kit.nodekit import parsed, policy
 from tests.unit.controller.test_write_backoff import FakeApi
-from tests.unit.core.nodekit import parsed, policy
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.core.nodes.facts import NodeFacts, node_facts

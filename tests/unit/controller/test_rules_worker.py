@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.unit.volcano.volcano_fixtures import healthy, seed002
+from tests.kit.volcano_fixtures import healthy, seed002
 from vgpu_operator.controller.rules_worker import MODULES, RulesWorker
 from vgpu_operator.core.rules import RULES, run_rules
 from vgpu_operator.core.rules.base import Finding
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 
-SLOW = (*MODULES, "tests.unit.controller.slow_rules")
+SLOW = (*MODULES, "tests.kit.slow_rules")
 
 
 def marked(snapshot: ClusterSnapshot, name: str) -> ClusterSnapshot:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.unit.kubeapi.wire import Wire, serve
-from tests.unit.volcano.volcano_fixtures import deployment, healthy_daemonset, pod
+from tests.kit.volcano_fixtures import deployment, healthy_daemonset, pod
+from tests.kit.wire import Wire, serve
 from vgpu_operator.controller.snapshot import compact_daemonset, read_snapshot
 from vgpu_operator.models.config import OperatorConfig
 

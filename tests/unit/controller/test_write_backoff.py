@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.core.nodekit import apply, node, parsed, policy
+from tests.kit.nodekit import apply, node, parsed, policy
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.core.backoff import Backoff

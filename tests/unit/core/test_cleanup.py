@@ -7,7 +7,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.unit.core.nodekit import (
+from tests.kit.nodekit import (
     DEFAULT_TAINT,
     annotations_of,
     apply,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.unit.core.nodekit import (
+from tests.kit.nodekit import (
     annotations_of,
     apply,
     labels_of,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.core.nodekit import DEFAULT_TAINT, node, parsed, policy
+from tests.kit.nodekit import DEFAULT_TAINT, node, parsed, policy
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.planner import plan_cluster

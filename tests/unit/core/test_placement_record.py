@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.core.nodekit import node, policy, reconcile
+from tests.kit.nodekit import node, policy, reconcile
 from vgpu_operator import contract
 from vgpu_operator.core.cleanup import operator_taints, placement_revert
 from vgpu_operator.core.nodes.mergepatch import apply_merge_patch

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.core.nodekit import node, policy
+from tests.kit.nodekit import node, policy
 from vgpu_devcluster import upstream
 from vgpu_operator import contract
 from vgpu_operator.core.findings import config_condition

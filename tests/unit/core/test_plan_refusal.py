@@ -9,7 +9,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from tests.unit.core.nodekit import node, policy
+from tests.kit.nodekit import node, policy
 from tests.unit.core.test_plan import LATER, PRESENT, a100_cluster, run
 from vgpu_devcluster import upstream
 from vgpu_operator.core.nodes.facts import node_facts

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.crd.invalid_specs import INVALID_SPECS, InvalidSpec
-from tests.unit.crd.openapi_check import cel_rules, generic, validate
+from tests.kit.invalid_specs import INVALID_SPECS, InvalidSpec
+from tests.kit.openapi_check import cel_rules, generic, validate
 from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.planner import plan_cluster

@@ -15,8 +15,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from tests.unit.core.nodekit import node
-from tests.unit.crd import specgen
+from tests.kit import specgen
+from tests.kit.nodekit import node
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.events import node_events, policy_event
 from vgpu_operator.core.nodes.facts import node_facts

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from tests.unit.kubeapi.wire import Wire, error, serve
+from tests.kit.wire import Wire, error, serve
 from vgpu_operator import kubeapi
 from vgpu_operator.kubeapi import AuthHealth
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.unit.kubeapi.wire import Wire, error, serve, status, stream
+from tests.kit.wire import Wire, error, serve, status, stream
 from vgpu_operator import kubeapi
 
 PATH = "/api/v1/nodes"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.packaging.dockerfile import build_context
+from tests.kit.dockerfile import build_context
 
 
 @pytest.fixture(scope="session")

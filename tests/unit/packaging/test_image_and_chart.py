@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.packaging.dockerfile import ROOT, exec_form, parse
+from tests.kit.dockerfile import ROOT, exec_form, parse
 from vgpu_devcluster.install import chart_dir, render_chart
 from vgpu_operator.commands.cli import build_parser
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.packaging.dockerfile import ROOT
+from tests.kit.dockerfile import ROOT
 
 COMMANDS = ("run", "agent", "doctor", "cleanup")
 

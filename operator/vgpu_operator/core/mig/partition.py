@@ -12,7 +12,7 @@ pkg/mig/config/config.go):
 
 Modes: `hami-core` and `whole-gpu` turn MIG off on MIG-capable GPUs (HAMi #2974: others leave it
 on). `mig` + `static`: MIG on and exactly the layout. `mig` + `dynamic`: MIG on; the device plugin
-owns the instances (docs/design.md, one owner per GPU), so leftovers of an earlier layout are
+owns the instances (docs/architecture.md, one owner per GPU), so leftovers of an earlier layout are
 removed only when the node switches INTO dynamic mode (`previous` was not dynamic), never after.
 GPUs a static layout does not name are left as they are. `ascend-vnpu` does not touch NVIDIA GPUs.
 

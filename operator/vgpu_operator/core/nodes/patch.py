@@ -1,6 +1,6 @@
 """Per node: the desired state and the one PATCH that closes the difference (or none).
 
-Semantics (docs/design.md, the node contract):
+Semantics (docs/architecture.md, the node contract):
 - an owned node gets the policy's labels and taints (`spec.effective_labels()/effective_taints()`),
   `vgpu.volcano.sh/policy`, `/mode` and `/device-plugin` (which HAMi plugin must run there), the
   ownership record `/owned`, the desired configuration `/target` and the released one `/config`
