@@ -2,6 +2,7 @@
 #   make test   - the whole suite: lint, mypy --strict, unit and cluster tests (README's test command)
 #   make demo   - the local demo on a real apiserver with simulated GPU nodes
 #   make unit   - the tests that need no cluster
+#   make image, make release - the container image, the release artifacts (hack/release.mk)
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup controlplane lint unit cluster-tests test demo crds bench clean check-leftovers image
+.PHONY: setup controlplane lint unit cluster-tests test demo crds bench clean check-leftovers
 
 $(STAMP): pyproject.toml devtools/pyproject.toml
 	@echo "==> creating $(VENV) with $(PYTHON) and installing vgpu-operator[dev] and its local-cluster tools (devtools/)"
@@ -36,7 +37,9 @@ unit: setup
 	$(BIN)/pytest -m "not cluster" -q $(PYTEST_ARGS)
 
 # The generated-spec property test runs 10,000 examples here (2,000 in `make unit`).
-test: setup controlplane lint
+# image-test-prereqs builds the image tests/cluster/test_image.py runs (needs a container engine:
+# .ci/run installs podman; VGPU_SKIP_IMAGE_TESTS=1 skips that build and test).
+test: setup controlplane lint image-test-prereqs
 	PROPERTY_EXAMPLES=10000 $(BIN)/pytest -q $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory check-leftovers
 
@@ -57,16 +60,9 @@ crds: setup
 bench: setup controlplane
 	$(BIN)/python bench/convergence.py
 
-# The container image (Dockerfile), on machines with docker or podman; none is needed, or
-# present, for anything else here (the tests check the Dockerfile's contract instead).
-# PYTHON_IMAGE=<base>@sha256:... pins the base image by digest.
-VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-IMAGE ?= ghcr.io/vgpu-operator/vgpu-operator:$(VERSION)
-CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
-image:
-	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
-	  echo "make image needs a container engine (docker or podman); none found"; exit 1; fi
-	$(CONTAINER_ENGINE) build -t $(IMAGE) $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) .
+# The container image and the release: hack/release.mk (make image, image-base,
+# image-test-prereqs, release).
+include hack/release.mk
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -7,12 +7,20 @@ through the small wrapper module in `hack/controlplane/` (k8s.io/kubernetes cann
 
 Binaries are cached outside the checkout, keyed by version, in
 `${XDG_CACHE_HOME:-~/.cache}/vgpu-operator/<tool>-<version>/<tool>` (CI clones afresh, so a cache in
-the repo would never be warm). `KUBEBUILDER_ASSETS` (the envtest convention: a directory holding
-`kube-apiserver` and `etcd`) skips building those two.
+the repo would never be warm); a tool built with link flags of its own (`extra_ldflags`) has a
+digest of them in that name too, so changing them builds it again. `KUBEBUILDER_ASSETS` (the
+envtest convention: a directory holding `kube-apiserver` and `etcd`) skips building those two.
+
+helm is linked as helm's own release builds are (its Makefile's LDFLAGS): its version, and the
+Kubernetes version `helm lint` and `helm template` assume without `--kube-version`, which a
+`go install` leaves at v1.20 (helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor/Minor, and the same
+in pkg/lint/rules for the deprecation checks). Here that is the local control plane's version,
+so the chart's `kubeVersion` constraint holds for `helm lint --strict` and `helm template`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -32,6 +40,20 @@ _VERSION_LDFLAGS = (
     f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} "
     "-X k8s.io/component-base/version.gitMajor=1 "
     f"-X k8s.io/component-base/version.gitMinor={KUBERNETES_VERSION.split('.')[1]}"
+)
+
+# helm's release LDFLAGS (helm.sh/helm/v3@v3.22.0:Makefile): the default Kubernetes version of
+# `helm template`/`helm lint` (Capabilities.KubeVersion) and of the lint deprecation rules.
+_K8S_MINOR = KUBERNETES_VERSION.split(".")[1]
+HELM_LDFLAGS = " ".join(
+    f"-X helm.sh/helm/v3/{var}"
+    for var in (
+        f"internal/version.version={HELM_VERSION}",
+        "pkg/lint/rules.k8sVersionMajor=1",
+        f"pkg/lint/rules.k8sVersionMinor={_K8S_MINOR}",
+        "pkg/chartutil.k8sVersionMajor=1",
+        f"pkg/chartutil.k8sVersionMinor={_K8S_MINOR}",
+    )
 )
 
 Log = Callable[[str], None]
@@ -64,7 +86,13 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "kwok", KWOK_VERSION, f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", in_wrapper_module=False
     ),
-    Tool("helm", HELM_VERSION, f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}", in_wrapper_module=False),
+    Tool(
+        "helm",
+        HELM_VERSION,
+        f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}",
+        extra_ldflags=HELM_LDFLAGS,
+        in_wrapper_module=False,
+    ),
 )
 TOOL_BY_NAME = {t.name: t for t in TOOLS}
 
@@ -101,7 +129,11 @@ def wrapper_module_dir() -> Path:
 
 
 def tool_dir(tool: Tool) -> Path:
-    return cache_root() / f"{tool.name}-{tool.version}"
+    """`<tool>-<version>`, and `-<digest of its own link flags>` when it has any."""
+    key = f"{tool.name}-{tool.version}"
+    if tool.extra_ldflags:
+        key += "-" + hashlib.sha256(tool.extra_ldflags.encode()).hexdigest()[:12]
+    return cache_root() / key
 
 
 def _assets_override(name: str) -> Path | None:
@@ -176,8 +208,9 @@ def _build(tool: Tool, log: Log) -> Path:
     else:
         env["GOBIN"] = str(tmp)
         env["GOFLAGS"] = "-mod=mod"
+        ldflags_own = f"-s -w {tool.extra_ldflags}".strip()
         _run(
-            [_go(), "install", "-trimpath", "-ldflags", "-s -w", tool.package],
+            [_go(), "install", "-trimpath", "-ldflags", ldflags_own, tool.package],
             cwd=tmp,
             env=env,
             log=log,

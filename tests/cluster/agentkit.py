@@ -38,10 +38,6 @@ def static(profiles: dict[str, int], gpus: Any = "all") -> NodeConfig:
     )
 
 
-def dynamic() -> NodeConfig:
-    return NodeConfig.model_validate({"mode": "mig", "mig": {"partitioning": "dynamic"}})
-
-
 @dataclass
 class GpuNode:
     name: str

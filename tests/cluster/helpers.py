@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import signal
 import time
 import uuid
 from collections import Counter
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from vgpu_devcluster.cluster import LocalCluster
@@ -70,3 +73,18 @@ async def event_reasons(api: client.ApiClient, namespace: str, selector: str) ->
         api, "GET", f"/api/v1/namespaces/{namespace}/events", query={"fieldSelector": selector}
     )
     return Counter(e["reason"] for e in body.get("items") or [])
+
+
+# The examples/ folder: one scenario per folder, each applied by a cluster test.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """The documents of a YAML stream, empty ones left out."""
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A `preexec_fn`: the child gets SIGKILL when its parent dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no process outlives a killed pytest

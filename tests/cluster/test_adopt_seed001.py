@@ -11,8 +11,6 @@ Then one deliberate change (the hami-core pool's split count) rolls node by node
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,12 +19,11 @@ from kubernetes_asyncio import client
 from tests.cluster.agentkit import Agents, GpuNode, agent_kubeconfig_path, agents, state_of
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, patch_spec
 from tests.cluster.seedkit import (
-    DEVICE_CM,
-    DEVICE_KEY,
-    NODE_CM,
-    NODE_KEY,
+    HAMI_POLICY,
+    MIG_POLICY,
     SeedCluster,
-    fixture_yaml,
+    build_seed001,
+    effects_since,
     seed_cluster,
 )
 from tests.cluster.seedkit_phases import (
@@ -41,10 +38,7 @@ from tests.cluster.seedkit_phases import (
     rolls,
     without_entry,
 )
-from tests.cluster.volcano_env import text
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
-from vgpu_devcluster import fakesmi_state as fs
-from vgpu_devcluster.agentproc import FakeGpus, fake_model
 from vgpu_operator import kubeapi
 
 pytestmark = pytest.mark.cluster
@@ -52,71 +46,6 @@ pytestmark = pytest.mark.cluster
 __all__ = ["agent_kubeconfig_path", "agents", "seed_cluster", "volcano_operator"]
 
 SEED001_CONFIG = "mode: {mode}\nonDelete: Retain\n"
-# One policy per kind of node, on the labels the person set first (README, seed 001).
-HAMI_POLICY = {"mode": "hami-core", "nodeLabels": {}, "nodeTaints": []}
-MIG_POLICY = {"mode": "mig", "mig": {"partitioning": "dynamic"}, "nodeLabels": {}, "nodeTaints": []}
-MIG_MODEL = "A100-SXM4-80GB"
-PROFILE_1G_10GB = "19"  # the A100 80GB's 1g.10gb GPU instance profile
-
-
-def effects_since(gpus: FakeGpus, start: int) -> list[dict[str, object]]:
-    """The fake nvidia-smi's calls since entry `start` that changed the hardware."""
-    return [e for e in gpus.log()[start:] if e.get("effects")]
-
-
-async def build_seed001(
-    env: SeedCluster,
-    workdir: Path,
-    hami_nodes: int = 2,
-    mig_nodes: int = 2,
-    scheduler_conf: str | None = None,
-    device_config: str | None = None,
-) -> dict[str, FakeGpus]:
-    """Seed 001's end state (`scheduler_conf`, `device_config`: other texts, seed 004's);
-    returns the MIG nodes' fake GPUs."""
-    await env.namespaces()
-    await env.add_control_node()
-    hami = await env.add_gpu_nodes("RTX-4090", hami_nodes, gpus=4, labels={"pool": "hami"})
-    mig = await env.add_gpu_nodes(MIG_MODEL, mig_nodes, gpus=2, labels={"pool": "mig"})
-    gpus: dict[str, FakeGpus] = {}
-    for name in mig:  # `sudo nvidia-smi -mig 1` on each MIG node
-        gpus[name] = FakeGpus.create(workdir / name, name, fake_model(MIG_MODEL), 2, mig=True)
-    ns = env.where.plugin
-    device = device_config or text("manifest_device_config.yaml")
-    await env.configmap(ns, DEVICE_CM, {DEVICE_KEY: device})
-    # HAMi's doc/config.md: the MIG nodes' entries say `operatingmode: mig`
-    node_config = text("manifest_node_config.json").rstrip().removesuffix("}").rstrip()
-    node_config = node_config.removesuffix("]").rstrip()
-    extra = "".join(f',\n        {{"name": "{n}", "operatingmode": "mig"}}' for n in mig)
-    await env.configmap(ns, NODE_CM, {NODE_KEY: f"{node_config}{extra}\n    ]\n}}\n"})
-    conf = scheduler_conf or text("seed001_scheduler.conf")
-    await env.scheduler(conf, fixture_yaml("scheduler_deployment.yaml"))
-    await env.plugin(fixture_yaml("manifest_plugin_daemonset.yaml"))
-    for name in hami:
-        await env.gpu_pod(
-            name,
-            {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"},
-            {
-                "volcano.sh/vgpu-mode": "hami-core",
-                "volcano.sh/vgpu-ids-new": f"GPU-{name}-0,NVIDIA,3000,0:",
-            },
-        )
-    for name, fake in gpus.items():
-        # HAMi's plugin carved the instance for the pod at allocation time (nvidia-mig-parted)
-        env_vars = {**os.environ, fs.ENV_STATE: str(fake.state)}
-        subprocess.run(
-            [str(fake.binary), "mig", "-i", "0", "-cgi", PROFILE_1G_10GB, "-C"],
-            env=env_vars,
-            check=True,
-            capture_output=True,
-        )
-        await env.gpu_pod(
-            name,
-            {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"},
-            {"volcano.sh/vgpu-mode": "mig"},
-        )
-    await env.wait_running()
-    return gpus
 
 
 async def test_seed001_observe_then_enforce_runs_no_mig_command_then_a_split_count_rolls(

@@ -26,7 +26,17 @@ from kubernetes_asyncio import client
 from tests.cluster.agentkit import Agents, GpuNode, agent_kubeconfig_path, agents, state_of
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, patch_spec
 from tests.cluster.rolloutkit import config_of, cordoned
-from tests.cluster.seedkit import DEVICE_CM, DEVICE_KEY, PLUGIN, SeedCluster, seed_cluster
+from tests.cluster.seedkit import (
+    DEVICE_CM,
+    DEVICE_KEY,
+    HAMI_POLICY,
+    MIG_POLICY,
+    PLUGIN,
+    SeedCluster,
+    build_seed001,
+    effects_since,
+    seed_cluster,
+)
 from tests.cluster.seedkit_phases import (
     assert_nothing_disruptive,
     assert_own_marks_only,
@@ -38,7 +48,6 @@ from tests.cluster.seedkit_phases import (
     rolls,
     without_entry,
 )
-from tests.cluster.test_adopt_seed001 import HAMI_POLICY, MIG_POLICY, build_seed001, effects_since
 from tests.cluster.volcano_env import text
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.install import OPERATOR_USER

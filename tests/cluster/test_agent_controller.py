@@ -23,7 +23,7 @@ from tests.cluster.agentkit import (
     wait_state,
 )
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
-from tests.cluster.test_policy_nodes import relabel
+from tests.cluster.poolkit import relabel
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.install import AGENT_USER
 from vgpu_operator import contract

@@ -18,7 +18,6 @@ from tests.cluster.agentkit import (
     agent_events,
     agent_kubeconfig_path,
     agents,
-    dynamic,
     inventory,
     release,
     state_of,
@@ -27,6 +26,7 @@ from tests.cluster.agentkit import (
     wait_event,
     wait_state,
 )
+from tests.kit.migkit import dynamic
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.agentproc import wait_group_gone
 from vgpu_operator.models.node import NodeConfig

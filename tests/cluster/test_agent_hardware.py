@@ -1,5 +1,5 @@
 """The node agent end to end (a subprocess under the chart's RBAC, the real apiserver) on simulated
-GPUs that behave as real ones do where its first version assumed otherwise: Hopper's 1g.20gb
+GPUs that behave as real ones do where a naive agent would go wrong: Hopper's 1g.20gb
 compute instances (profile 7), a driver that hides MIG profiles while MIG is off, a call stuck in
 the driver, processes of other PID namespaces, and the GPU Operator's mig-manager on the node."""
 
@@ -65,7 +65,7 @@ async def test_h100_four_1g20gb_reaches_success_and_resyncs_change_nothing(
     agent = agents.start(h100, resync=1.0)
     await wait_state(api, h100.name, "success", agent)
     assert h100.layout(0) == h100.layout(1) == Counter({15: 4})
-    # the compute instances `-C` made are profile 7 (real H100 output: tests/unit/agent/
+    # the compute instances `-C` made are profile 7 (real H100 output: tests/data/nvidia-smi/
     # transcripts/h100_cgi15_C.txt) and were verified as such
     cis = [c["profile_id"] for g in h100.gpus.load()["gpus"] for gi in g["gis"] for c in gi["cis"]]
     assert cis == [7] * 8

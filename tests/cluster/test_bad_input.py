@@ -1,4 +1,4 @@
-"""Bad input and faults on the real apiserver (issue 16): a typo never taints the cluster, one bad
+"""Bad input and faults on the real apiserver: a typo never taints the cluster, one bad
 object never stalls the operator.
 
 - generated specs: the models accept a spec if and only if the CRD accepts it;

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ from tests.cluster.helpers import (
     ClusterUnderTest,
     NodeFactory,
     PolicyFactory,
+    die_with_parent,
     eventually,
     patch_spec,
     unique,
@@ -55,11 +55,6 @@ CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 IN_CLUSTER = "in-cluster"
 ROTATED = ("token-file", "exec-plugin", IN_CLUSTER)
 CONVERGE = 45.0  # seconds for a started operator to label a node
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -98,7 +93,7 @@ class OperatorProcess:
                 stdin=subprocess.DEVNULL,
                 env=self.launch.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         return self
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import eventually
+from tests.cluster.helpers import EXAMPLES, documents, eventually
 from tests.cluster.ssa import items, kubectl
 from vgpu_devcluster import binaries
 from vgpu_devcluster.gitops_crds import ensure_gitops_crds
@@ -26,7 +26,6 @@ from vgpu_operator.core.nodes.validate import parse_policy
 
 pytestmark = pytest.mark.cluster
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ALL_FILES = sorted(p for p in EXAMPLES.rglob("*.yaml"))
 WORKLOADS = [p for p in ALL_FILES if p.parent.name == "workloads"]
 VALUES = [p for p in ALL_FILES if p.parent.name == "operator-config"]
@@ -39,10 +38,6 @@ Obj = dict[str, Any]
 
 def label(path: Path) -> str:
     return str(path.relative_to(EXAMPLES))
-
-
-def documents(text: str) -> list[Obj]:
-    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def contains(stored: Any, sent: Any) -> bool:

@@ -24,18 +24,18 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import NodeFactory, eventually, unique
+from tests.cluster.helpers import EXAMPLES, NodeFactory, documents, eventually, unique
 from tests.cluster.ssa import (
     ARGO,
     covered,
     differences,
     entry,
+    kubectl,
     no_diff,
     owned,
     owned_by,
     server_side_apply,
 )
-from tests.cluster.test_examples import EXAMPLES, documents, kubectl
 from tests.cluster.volcano_env import (
     SCHED_NS,
     volcano_env,

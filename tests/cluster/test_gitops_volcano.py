@@ -20,7 +20,14 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
+from tests.cluster.helpers import (
+    EXAMPLES,
+    ClusterUnderTest,
+    PolicyFactory,
+    documents,
+    eventually,
+    unique,
+)
 from tests.cluster.ssa import (
     ARGO,
     Obj,
@@ -33,9 +40,6 @@ from tests.cluster.ssa import (
     put,
     server_side_apply,
 )
-from tests.cluster.test_examples import EXAMPLES, documents
-from tests.cluster.test_volcano_report import consistent_condition
-from tests.cluster.test_volcano_restarts import hami
 from tests.cluster.volcano_env import (
     DEVICE_CM,
     NODE_CM,
@@ -43,6 +47,8 @@ from tests.cluster.volcano_env import (
     SCHED_CM,
     SCHED_NS,
     VolcanoEnv,
+    consistent_condition,
+    hami,
     volcano_env,
 )
 from tests.cluster.volcano_ops import OperatorFactory, operator_writes, volcano_operator

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,11 +37,12 @@ from tests.cluster.helpers import (
     ClusterUnderTest,
     NodeFactory,
     PolicyFactory,
+    die_with_parent,
     eventually,
     patch_spec,
     unique,
 )
-from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.cluster import LocalCluster, free_port
 from vgpu_devcluster.install import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
@@ -63,17 +62,6 @@ JITTERED = 2.2 * RETRY  # the longest pause between two attempts of a standby (j
 # a bound that holds on an idle one.
 SLACK = 1.5
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases"
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no process outlives a killed pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -164,7 +152,7 @@ class Replicas:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         replica = Replica(identity, proc, port, log)
         self.started.append(replica)

@@ -1,4 +1,4 @@
-"""Metrics and monitors against the real control plane (issue 17).
+"""Metrics and monitors against the real control plane.
 
 - Node agents (processes with `--metrics-port`, fake nvidia-smi) are scraped once a static MIG
   pool and a hami-core pool have converged: the MIG instances the agent exports match its

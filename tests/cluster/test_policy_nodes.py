@@ -14,75 +14,22 @@ from tests.cluster.helpers import (
     patch_spec,
     unique,
 )
+from tests.cluster.poolkit import (
+    VGPU_TAINT,
+    clean,
+    configured_by,
+    hami_policy,
+    labels,
+    node,
+    relabel,
+    taints,
+    wait_nodes,
+)
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.kubeapi import MERGE_PATCH, NotFound, node_path, policy_path, request
+from vgpu_operator.kubeapi import NotFound, policy_path, request
 
-VGPU_LABEL = "volcano.sh/vgpu.enabled"
-VGPU_TAINT = {"key": "volcano.sh/vgpu", "value": "hami", "effect": "NoSchedule"}
 USER_TAINT = {"key": "team/dedicated", "value": "ml", "effect": "NoSchedule"}
-
-
-async def node(api: client.ApiClient, name: str) -> dict[str, Any]:
-    return await request(api, "GET", node_path(name))
-
-
-def labels(obj: dict[str, Any]) -> dict[str, str]:
-    return dict(obj["metadata"].get("labels") or {})
-
-
-def taints(obj: dict[str, Any]) -> list[dict[str, str]]:
-    return [
-        {k: t[k] for k in ("key", "value", "effect") if k in t}
-        for t in (obj.get("spec") or {}).get("taints") or []
-    ]
-
-
-async def relabel(api: client.ApiClient, name: str, changes: dict[str, str | None]) -> None:
-    await request(
-        api,
-        "PATCH",
-        node_path(name),
-        body={"metadata": {"labels": changes}},
-        content_type=MERGE_PATCH,
-        field_manager=None,
-    )
-
-
-def hami_policy(pool: str, **extra: Any) -> dict[str, Any]:
-    return {"nodeSelector": {"matchLabels": {"test/pool": pool}}, "mode": "hami-core", **extra}
-
-
-async def wait_nodes(
-    api: client.ApiClient, names: list[str], check: Any, timeout: float = 30
-) -> None:
-    async def all_match() -> bool:
-        return all([check(await node(api, n)) for n in names])
-
-    await eventually(all_match, timeout=timeout, interval=0.3)
-
-
-def configured_by(policy: str) -> Any:
-    def check(obj: dict[str, Any]) -> bool:
-        lab = labels(obj)
-        return (
-            lab.get(contract.LABEL_POLICY) == policy
-            and lab.get(VGPU_LABEL) == "true"
-            and VGPU_TAINT in taints(obj)
-        )
-
-    return check
-
-
-def clean(obj: dict[str, Any]) -> bool:
-    lab = labels(obj)
-    ann = obj["metadata"].get("annotations") or {}
-    return (
-        contract.LABEL_POLICY not in lab
-        and VGPU_LABEL not in lab
-        and VGPU_TAINT not in taints(obj)
-        and contract.ANN_OWNED not in ann
-    )
 
 
 async def test_pool_lifecycle_keeps_user_labels_and_taints(

@@ -17,7 +17,7 @@ from tests.cluster.helpers import (
     patch_spec,
     unique,
 )
-from tests.cluster.test_policy_nodes import clean, configured_by, hami_policy, labels, wait_nodes
+from tests.cluster.poolkit import clean, configured_by, hami_policy, labels, wait_nodes
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.kubeapi import request

@@ -52,8 +52,7 @@ from kubernetes_asyncio import client, config
 from tests.cluster import rbackit
 from tests.cluster.agentkit import Agents, GpuNode, agent_kubeconfig_path, agents
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
-from tests.cluster.test_volcano_restarts import hami, steady
-from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, VolcanoEnv, volcano_env
+from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, VolcanoEnv, hami, steady, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.agentproc import FakeGpus, fake_model
 from vgpu_devcluster.install import (

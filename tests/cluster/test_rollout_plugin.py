@@ -11,8 +11,7 @@ from kubernetes_asyncio import client
 
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
 from tests.cluster.rolloutkit import TransitionCount, config_of, cordoned, rollout_of
-from tests.cluster.test_volcano_restarts import steady
-from tests.cluster.volcano_env import PLUGIN_NS, VolcanoEnv, volcano_env
+from tests.cluster.volcano_env import PLUGIN_NS, VolcanoEnv, steady, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, pods_created, volcano_operator
 from vgpu_operator import kubeapi
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register

@@ -38,7 +38,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.cluster.agentkit import Agents, agent_kubeconfig_path, agents, get_node
-from tests.cluster.helpers import PolicyFactory, eventually, patch_spec, unique
+from tests.cluster.helpers import PolicyFactory, die_with_parent, eventually, patch_spec, unique
 from tests.cluster.metricskit import Scrape, scrape
 from tests.cluster.rolloutkit import (
     config_of,
@@ -50,10 +50,9 @@ from tests.cluster.rolloutkit import (
     rollout_of,
     wait_running,
 )
-from tests.cluster.test_leader_processes import _die_with_parent, free_port
-from tests.cluster.test_volcano_restarts import steady
-from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, VolcanoEnv, volcano_env
+from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, VolcanoEnv, steady, volcano_env
 from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.cluster import free_port
 from vgpu_operator import contract
 from vgpu_operator.contract import ANN_INVENTORY
 from vgpu_operator.kubeapi import NotFound, policy_path, request
@@ -90,7 +89,7 @@ def start_operator(kubeconfig: str, log: Path, metrics_port: int = 0) -> subproc
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
 

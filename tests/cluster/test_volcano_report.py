@@ -6,7 +6,6 @@ per finding (not one per pass), the `vgpu_operator_findings` metric. The same cl
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
@@ -19,6 +18,7 @@ from tests.cluster.volcano_env import (
     SCHED_NS,
     VOLCANO_OBJECTS,
     VolcanoEnv,
+    consistent_condition,
     volcano_env,
 )
 from tests.cluster.volcano_ops import (
@@ -28,15 +28,8 @@ from tests.cluster.volcano_ops import (
 )
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.snapshot import configmap_path
-from vgpu_operator.kubeapi import policy_path
 
 __all__ = ["volcano_env", "volcano_operator"]
-
-
-async def consistent_condition(api: client.ApiClient, policy: str) -> dict[str, Any]:
-    obj = await kubeapi.request(api, "GET", policy_path(policy))
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == "ConfigConsistent"), {})
 
 
 async def warning_events(api: client.ApiClient, namespace: str, name: str) -> Counter[str]:

@@ -22,8 +22,10 @@ from tests.cluster.volcano_env import (
     SCHED_DEPLOY,
     SCHED_NS,
     VolcanoEnv,
+    hami,
     json_entries,
     pod,
+    steady,
     volcano_env,
 )
 from tests.cluster.volcano_ops import (
@@ -40,43 +42,9 @@ from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 __all__ = ["volcano_env", "volcano_operator"]
 
 SETTLE = 3.0
-STEADY_RULES = {
-    "restart-needed",
-    "node-config-rendered",
-    "device-config-rendered",
-    "node-registration",
-}
 
 
 AT_ONCE = {"maxUnavailable": "100%", "drain": {"enabled": False}}
-
-
-def hami(group: str, **extra: object) -> dict[str, object]:
-    return {"nodeSelector": {"matchLabels": {"test/group": group}}, "mode": "hami-core", **extra}
-
-
-async def steady(env: VolcanoEnv, managed: list[str], timeout: float = 90) -> None:
-    """The `managed` nodes have their node-config entries, pods are running and registered, and
-    nothing is left to render or restart."""
-
-    async def rendered() -> bool:
-        cm = await kubeapi.request(env.api, "GET", configmap_path(PLUGIN_NS, NODE_CM))
-        return set(managed) <= set(json_entries(cm["data"]["config.json"]))
-
-    await eventually(rendered, timeout=timeout, interval=0.3)
-    await env.wait_running(timeout=timeout)
-
-    left: list[str] = []
-
-    async def clean() -> bool:
-        left[:] = [f"{f.id}: {f.message}" for f in await env.findings() if f.id in STEADY_RULES]
-        return not left
-
-    try:
-        await eventually(clean, timeout=timeout, interval=0.5)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; left: {left}") from None
-    await env.wait_running(timeout=timeout)
 
 
 async def patch_policy(api: client.ApiClient, name: str, spec: dict[str, object]) -> None:

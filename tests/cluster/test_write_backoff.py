@@ -38,7 +38,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
-from tests.cluster.test_policy_nodes import configured_by, hami_policy, wait_nodes
+from tests.cluster.poolkit import configured_by, hami_policy, wait_nodes
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.runner import OperatorThread

@@ -15,14 +15,13 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import NodeFactory, eventually, unique
+from tests.kit.volcano_fixtures import POLICY_TAINT, obj, text
 from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import (
@@ -36,12 +35,12 @@ from vgpu_operator.core.rules.base import Finding
 from vgpu_operator.core.volcano.placement import reaches
 from vgpu_operator.core.volcano.render import render_device_config, render_node_config
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.kubeapi import policy_path
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig, Owned
 from vgpu_operator.models.policy import Taint
 from vgpu_operator.models.volcano_views import workload_view
 
-FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "volcano" / "fixtures"
 SCHED_NS, PLUGIN_NS = "volcano-system", "kube-system"
 SCHED_CM, SCHED_DEPLOY = "volcano-scheduler-configmap", "volcano-scheduler"
 DEVICE_CM, NODE_CM, PLUGIN_DS = (
@@ -49,7 +48,6 @@ DEVICE_CM, NODE_CM, PLUGIN_DS = (
     "volcano-vgpu-node-config",
     "volcano-device-plugin",
 )
-POLICY_TAINT = {"key": "volcano.sh/vgpu", "value": "hami", "effect": "NoSchedule"}
 HAMI = NodeConfig(mode="hami-core", policy="pool", generation=1)
 MIG = NodeConfig(mode="mig", policy="pool", generation=1)
 # Every object the operator could write to, by path (for resourceVersion comparisons).
@@ -65,14 +63,7 @@ VOLCANO_OBJECTS = (
 )
 
 
-def text(name: str) -> str:
-    return (FIXTURES / name).read_text()
-
-
-def fixture(name: str) -> dict[str, Any]:
-    loaded = yaml.safe_load(text(name))
-    assert isinstance(loaded, dict)
-    return loaded
+fixture = obj  # a YAML object from tests/data/volcano/
 
 
 def managed_node(released: NodeConfig) -> dict[str, Any]:
@@ -408,3 +399,45 @@ async def volcano_env(api: client.ApiClient, make_nodes: NodeFactory) -> AsyncIt
     env = VolcanoEnv(api, make_nodes)
     yield env
     await env.teardown()
+
+
+STEADY_RULES = {
+    "restart-needed",
+    "node-config-rendered",
+    "device-config-rendered",
+    "node-registration",
+}
+
+
+def hami(group: str, **extra: object) -> dict[str, object]:
+    return {"nodeSelector": {"matchLabels": {"test/group": group}}, "mode": "hami-core", **extra}
+
+
+async def steady(env: VolcanoEnv, managed: list[str], timeout: float = 90) -> None:
+    """The `managed` nodes have their node-config entries, pods are running and registered, and
+    nothing is left to render or restart."""
+
+    async def rendered() -> bool:
+        cm = await kubeapi.request(env.api, "GET", configmap_path(PLUGIN_NS, NODE_CM))
+        return set(managed) <= set(json_entries(cm["data"]["config.json"]))
+
+    await eventually(rendered, timeout=timeout, interval=0.3)
+    await env.wait_running(timeout=timeout)
+
+    left: list[str] = []
+
+    async def clean() -> bool:
+        left[:] = [f"{f.id}: {f.message}" for f in await env.findings() if f.id in STEADY_RULES]
+        return not left
+
+    try:
+        await eventually(clean, timeout=timeout, interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left: {left}") from None
+    await env.wait_running(timeout=timeout)
+
+
+async def consistent_condition(api: client.ApiClient, policy: str) -> dict[str, Any]:
+    obj = await kubeapi.request(api, "GET", policy_path(policy))
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "ConfigConsistent"), {})

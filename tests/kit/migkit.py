@@ -116,3 +116,9 @@ def simulate(inv: Inventory, plan: Plan) -> Inventory:
             update={"instances": gis, "mig_current": current, "mig_pending": pending}
         )
     return Inventory(gpus=[gpus[i] for i in sorted(gpus)])
+
+
+# The node configs the agent tests release most: dynamic partitioning, and seven 1g.10gb
+# instances on every GPU (as annotation text).
+DYN = dynamic().to_annotation()
+SEVEN = static({"profiles": {"1g.10gb": 7}}).to_annotation()

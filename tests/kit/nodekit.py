@@ -62,6 +62,9 @@ def node(
     return raw
 
 
+# hami-core on the nodes labelled pool=a
+HAMI: dict[str, Any] = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
+
 # A selector for every node (a policy's may not be empty): no node has this label.
 EVERY_NODE: dict[str, Any] = {
     "matchExpressions": [{"key": "vgpu-test/absent", "operator": "DoesNotExist"}]
@@ -113,6 +116,17 @@ def reconcile(
     for raw in nodes:
         patch = plan.plans[raw["metadata"]["name"]].patch
         out.append(apply(raw, patch) if patch is not None else copy.deepcopy(dict(raw)))
+    return out, plan
+
+
+def converge(
+    nodes: Sequence[Mapping[str, Any]], policies: Iterable[Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], ClusterPlan]:
+    """Reconcile once, then check a second pass writes nothing (one write per node)."""
+    out, plan = reconcile(nodes, policies)
+    again, second = reconcile(out, policies)
+    assert second.patches == {}, f"not converged in one write: {second.patches}"
+    assert again == out
     return out, plan
 
 

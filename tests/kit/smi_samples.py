@@ -1,11 +1,14 @@
-"""Helpers for the agent tests: real nvidia-smi output (samples/, transcripts/) and fake nvidia-smi
-nodes."""
+"""Helpers for the agent and fake nvidia-smi tests: real nvidia-smi output
+(tests/data/nvidia-smi/samples/ and transcripts/) and fake nvidia-smi nodes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from vgpu_devcluster import fakesmi
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.smi import NvidiaSmi
 
@@ -67,6 +70,26 @@ SAMPLE_SOURCES: dict[str, str] = {
     "(`nvidia-smi -r` while `nvidia_drm` holds the GPU)",
 }
 
+# One-line samples, quoted from their sources (INLINE_SOURCES).
+INLINE = {
+    "reset_ok": "GPU 00000000:C1:00.0 was successfully reset.",
+    "no_gi": "No GPU instances found: Not Found",
+    "no_ci": "No compute instances found: Not Found",
+    "cci": "Successfully created compute instance on GPU  0 GPU instance ID  1 using profile "
+    "MIG 1c.3g.20gb (ID  0)",
+    "no_mig": "No MIG-supported devices found.",
+}
+INLINE_SOURCES = {
+    "reset_ok": "https://github.com/NVIDIA/gpu-operator/issues/118",
+    "no_gi": "public captures of `nvidia-smi mig -lgi` with no instance (repositories not "
+    "recorded; the same wording in each)",
+    "no_ci": "public captures of `nvidia-smi mig -lci` with no instance (repositories not "
+    "recorded; the same wording in each)",
+    "cci": f"{MIG_USER_GUIDE} (`nvidia-smi mig -cci 0,0,0 -gi 1`)",
+    "no_mig": "a third-party document on a GPU that is not MIG-capable (UNCONFIRMED: not seen "
+    "in NVIDIA's documentation)",
+}
+
 
 def sample(name: str) -> str:
     """A sample copied verbatim from its source, SAMPLE_SOURCES[name]."""
@@ -112,3 +135,27 @@ def make_node(
     fs.init_state(state, model, count, **kwargs)  # type: ignore[arg-type]
     env = {fs.ENV_STATE: str(state)}
     return FakeNode(state, binary, NvidiaSmi(str(binary), timeout=timeout, env=env))
+
+
+class InProcessSmi:
+    """The fake nvidia-smi called in process (`fakesmi.main`, the code its wrapper runs) on a
+    state file under `tmp_path`: `smi(*argv)` returns (stdout, exit code)."""
+
+    def __init__(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ):
+        self.path = tmp_path / "state.json"
+        self.capsys = capsys
+        monkeypatch.setenv(fs.ENV_STATE, str(self.path))
+
+    def init(self, model: str, count: int = 1, **kw: object) -> InProcessSmi:
+        fs.init_state(self.path, model, count, **kw)  # type: ignore[arg-type]
+        return self
+
+    def __call__(self, *args: str) -> tuple[str, int]:
+        self.capsys.readouterr()
+        rc = fakesmi.main(list(args))
+        return self.capsys.readouterr().out, rc
+
+    def gpu(self, i: int = 0) -> fs.GpuState:
+        return fs.load(self.path)["gpus"][i]

@@ -1,6 +1,6 @@
-"""Builders for the Volcano/HAMi unit tests: cluster objects as the API returns them, made from
-the seeds' real configurations (fixtures/), and a consistent cluster the rule tests break one
-thing at a time. The consistent cluster is itself produced by the renderers and the simulated
+"""Builders for the Volcano/HAMi tests: cluster objects as the API returns them, made from the
+seeds' real configurations (tests/data/volcano/), and a consistent cluster the rule tests break
+one thing at a time. The consistent cluster is itself produced by the renderers and the simulated
 device plugin, so it is what `enforce` mode converges to."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from vgpu_devcluster import upstream
 from vgpu_devcluster.fakeplugin import simulate_registration
 from vgpu_devcluster.nodes import GPU_MODELS, NodeSpec, gpu_node_manifest
 from vgpu_operator import contract
@@ -201,6 +202,13 @@ def healthy_daemonset() -> dict[str, Any]:
         {"key": "volcano.sh/vgpu", "operator": "Exists", "effect": "NoSchedule"}
     )
     spec["nodeSelector"] = {contract.LABEL_DEVICE_PLUGIN: "hami"}
+    return ds
+
+
+def ascend_daemonset() -> dict[str, Any]:
+    """HAMi's Ascend plugin DaemonSet, as v1.4.0 ships it."""
+    [ds] = upstream.FILES["hami-ascend-v1.4.0-ascend-device-plugin.yaml"].documents()[3:]
+    assert ds["kind"] == "DaemonSet"
     return ds
 
 

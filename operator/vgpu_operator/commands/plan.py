@@ -104,6 +104,36 @@ def _owner(name: str | None) -> str:
     return name or "(none)"
 
 
+def _stamp(t: datetime | None) -> str | None:
+    return None if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write(verb: str, kind: str, namespace: str, name: str, body: Any, due: Any) -> dict[str, Any]:
+    return {
+        "verb": verb,
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+        "body": body,
+        "due": _stamp(due),
+    }
+
+
+def writes_json(p: Plan) -> list[dict[str, Any]]:
+    """Every write in the order the operator sends it: the node PATCHes, then the write plan of
+    the configuration pass (ConfigMaps, DaemonSet PATCHes, restarts), each with its exact body
+    and, for one that waits, when it falls due (`due`: null, it goes now)."""
+    out = [_write("PATCH", "Node", "", n.node, n.patch, None) for n in p.nodes if n.patch]
+    out += [_write(c.verb, c.kind, c.namespace, c.name, c.body, None) for c in p.configmaps]
+    out += [_write(w.verb, w.kind, w.namespace, w.name, w.body, w.due) for w in p.workloads]
+    for r in p.restarts:
+        out.append(
+            _write(r.verb, r.kind, r.namespace, r.name, r.body, r.due) | {"reason": r.reason}
+        )
+        out += [_write("DELETE", "Pod", r.namespace, pod, None, r.due) for pod in r.pods]
+    return out
+
+
 def format_text(p: Plan, names: list[str]) -> str:
     out = [f"Plan for {', '.join(names)}:"]
     if not p.changes and not any(n.problems for n in p.nodes):
@@ -150,12 +180,16 @@ def format_text(p: Plan, names: list[str]) -> str:
         out.append(f"\nConfigMap {cm.namespace}/{cm.name}: {verb}{entries}")
         out += ["  " + line for line in cm.diff.splitlines()]
     for w in p.workloads:
-        out.append(f"\n{w.kind} {w.namespace}/{w.name}: PATCH (restarts its pods)")
+        when = f", due {_stamp(w.due)}: it waits for the restart limits" if w.due else ""
+        out.append(f"\n{w.kind} {w.namespace}/{w.name}: PATCH (restarts its pods{when})")
         out += [f"  {what}" for what in w.what]
-        out.append("  " + json.dumps(w.patch, separators=(",", ":"), sort_keys=True))
+        out.append("  " + json.dumps(w.body, separators=(",", ":"), sort_keys=True))
     if p.restarts:
         out.append("\nRestarts:")
-        out += [f"  {r}" for r in p.restarts]
+        for r in p.restarts:
+            when = f" (due {_stamp(r.due)})" if r.due else ""
+            on = f" (the device plugin pod on {r.action.node})" if r.action.node else ""
+            out.append(f"  {r.kind} {r.namespace}/{r.name}{on}{when}: {r.reason}")
     if p.appearing:
         out.append("\nFindings that would appear:")
         out += [f"  [{f.severity}] {f.id}: {f.message}" for f in p.appearing]
@@ -209,11 +243,22 @@ def to_json(p: Plan, names: list[str]) -> dict[str, Any]:
                 "namespace": w.namespace,
                 "name": w.name,
                 "what": list(w.what),
-                "patch": w.patch,
+                "body": w.body,
+                "due": _stamp(w.due),
             }
             for w in p.workloads
         ],
-        "restarts": list(p.restarts),
+        "restarts": [
+            {
+                "kind": r.kind,
+                "namespace": r.namespace,
+                "name": r.name,
+                "reason": r.reason,
+                "due": _stamp(r.due),
+            }
+            for r in p.restarts
+        ],
+        "writes": writes_json(p),
         "findings": {
             "appearing": [f.model_dump(mode="json") for f in p.appearing],
             "resolved": [f.model_dump(mode="json") for f in p.resolved],

@@ -4,9 +4,9 @@ consistent with the policies and the operator config, and says what is not.
 One task, woken by watches (the configured ConfigMaps, DaemonSets and the scheduler Deployment;
 Nodes whose released config, inventory or plugin registration changed; policies), by deferred
 restarts and by a periodic resync. A pass: read a `ClusterSnapshot`, in `enforce` mode write the
-differences of what the operator owns (`volcano_writes`, `workload_writes`) and restart what must
-re-read per the pure planner (`core.volcano.restarts`), then run every rule. Findings go out as the
-`ConfigConsistent` condition of each policy (through the policy reconciler, the only status
+differences of what the operator owns and restart what must re-read, as the pass's write plan
+says (`core.volcano.writes`; `volcano_writes` sends it), then run every rule. Findings go out as
+the `ConfigConsistent` condition of each policy (through the policy reconciler, the only status
 writer), as Warning Events on the objects involved (once per finding) and as the
 `vgpu_operator_findings` metric.
 In `report` mode nothing is written to any Volcano/HAMi object.
@@ -28,7 +28,6 @@ from vgpu_operator.controller import metrics
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
 from vgpu_operator.controller.snapshot import configmap_refs, read_snapshot
 from vgpu_operator.controller.volcano_writes import enforce_configuration
-from vgpu_operator.controller.workload_writes import restart
 from vgpu_operator.controller.write_results import (
     WriteBackoff,
     Written,
@@ -44,7 +43,6 @@ from vgpu_operator.core.findings import (
 )
 from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.core.volcano import restarts as planner
-from vgpu_operator.core.volcano.restarts import restart_inputs
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
@@ -225,56 +223,40 @@ class VolcanoReconciler:
 
     # -- enforce ----------------------------------------------------------------------------
     async def _enforce(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """Plan the pass's writes (`core.volcano.writes`), send what is due now, and come back
+        when what waits falls due; the snapshot returned is the cluster after the writes."""
         now = self.now()
         settings = planner.RestartSettings.from_config(
             self.config, self.options.restart_settle_seconds
         )
-        result = await enforce_configuration(
+        plan, result = await enforce_configuration(
             self.api, snapshot, now, self.backoff, self._ledger, settings
         )
         if result.conflicts:
             self.request()  # rendered from an outdated object: again on the newer one
-        if result.written:
-            self.writes = [*self.writes, *result.written][-HISTORY:]
-            for w in result.written:
-                log.info("wrote %s %s/%s: %s", w.kind, w.namespace, w.name, w.what)
-                self._post_normal(w.kind, w.namespace, w.name, w.uid, "ConfigRendered", w.what)
-            snapshot = await self.read()
-        for _, namespace, name in result.rolled:
-            # a pod template change (args, placement) rolls the DaemonSet: a restart
-            self._ledger[planner.daemonset_key(namespace, name)] = now
-        if result.rollout_wait is not None:
-            self.request_at(result.rollout_wait)  # a placement patch waits for the limits
+        for w in result.written:
+            log.info("wrote %s %s/%s: %s", w.kind, w.namespace, w.name, w.what)
+            self._post_normal(w.kind, w.namespace, w.name, w.uid, "ConfigRendered", w.what)
+        self.writes = [*self.writes, *result.written][-HISTORY:]
+        # a pod template change (args, placement) rolls the DaemonSet: a restart
+        rolled = [(planner.daemonset_key(ns, name), now) for _, ns, name in result.rolled]
+        done = [r.action for r in result.restarted]
+        self._ledger = planner.record({**self._ledger, **dict(rolled)}, done, now)
         keep = max(settings.min_interval, timedelta(minutes=10))
         self._ledger = planner.prune(self._ledger, now, keep)
-        plan = planner.plan_restarts(restart_inputs(snapshot), self._ledger, settings, now)
-        plugin = (self.config.device_plugin.namespace, self.config.device_plugin.name)
-        actions = [
-            a
-            for a in plan.actions
-            if not (
-                (a.kind == "rollout-daemonset" and (a.namespace, a.name) in result.pending)
-                or (a.kind == "delete-pod" and plugin in result.pending)
-            )
-        ]  # the DaemonSet's own pending template change restarts those pods
-        done = [a for a in actions if await restart(self.api, a, now, snapshot, self.backoff)]
-        self._ledger = planner.record(self._ledger, done, now)
-        for action in done:
-            log.warning(
-                "restarted %s %s/%s: %s", action.kind, action.namespace, action.name, action.reason
-            )
-            self.restarted = [*self.restarted, action][-HISTORY:]
-            kind = {"rollout-deployment": "Deployment", "rollout-daemonset": "DaemonSet"}.get(
-                action.kind, "Pod"
-            )
-            self._post_normal(kind, action.namespace, action.name, "", "Restarted", action.reason)
-        if plan.wake_at is not None:
-            self.request_at(plan.wake_at)
+        for r in result.restarted:
+            log.warning("restarted %s %s/%s: %s", r.action.kind, r.namespace, r.name, r.reason)
+            self.restarted = [*self.restarted, r.action][-HISTORY:]
+            self._post_normal(r.kind, r.namespace, r.name, "", "Restarted", r.reason)
+        if (wake := plan.wake_at(now)) is not None:
+            self.request_at(wake)  # a deferred restart or DaemonSet PATCH
         if (due := retry_at(self.backoff)) is not None:
             self.request_at(due)  # the earliest object backing off
-        if done:
+        if result.restarted:
             for delay in self.options.stranded_checks:
                 self.request_at(now + timedelta(seconds=delay))
+        if result.written or result.restarted:
+            snapshot = await self.read()
         return snapshot
 
     # -- reporting --------------------------------------------------------------------------

@@ -1,12 +1,10 @@
-"""The configuration reconciler's ConfigMap writes, in `enforce` mode only: the device config, the
-node configs (vGPU and Ascend) and the scheduler's deviceshare arguments as the core renders them,
-then the plugin DaemonSets' PATCHes (`controller.workload_writes`).
+"""Enforce's interpreter of the write plan (`core.volcano.writes.plan_writes`): send what is due
+now, in the plan's order, record what came of it, back off what was refused. It decides nothing:
+what to write, with which body and when, is the plan's.
 
-Every write carries the resourceVersion it was computed from: a 409 means someone edited the
-object meanwhile, and the next pass renders from the newer version. Nothing is written when a
-renderer says unchanged; a renderer that cannot read the current object (RenderError) writes
-nothing (the rules report it). A write refused otherwise backs off per object
-(`controller.write_results`) and does not fail the pass.
+Every ConfigMap and DaemonSet write carries the resourceVersion it was computed from: a 409 means
+someone edited the object meanwhile, and the next pass renders from the newer version. A write
+refused otherwise backs off per object (`controller.write_results`) and does not fail the pass.
 """
 
 from __future__ import annotations
@@ -15,130 +13,116 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import client
 
-from vgpu_operator import contract, kubeapi
-from vgpu_operator.controller.snapshot import configmap_path
-from vgpu_operator.controller.workload_writes import patch_daemonsets
+from vgpu_operator import kubeapi
+from vgpu_operator.controller.snapshot import configmap_path, pod_path, workload_path
 from vgpu_operator.controller.write_results import (
     WriteBackoff,
     WriteResult,
     Writes,
     Written,
 )
-from vgpu_operator.core.nodes.status import change_stamp
-from vgpu_operator.core.volcano.render import (
-    Rendered,
-    RenderError,
-    render_ascend_node_config,
-    render_device_config,
-    render_node_config,
-    render_scheduler_conf,
-    vnpus_section,
-)
 from vgpu_operator.core.volcano.restarts import RestartSettings
-from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, meta
-from vgpu_operator.models.config_refs import ConfigMapRef
-from vgpu_operator.models.node import NodeConfig
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
+from vgpu_operator.core.volcano.writes import (
+    ConfigMapWrite,
+    Restart,
+    WorkloadPatch,
+    WritePlan,
+    plan_writes,
+)
 
 log = logging.getLogger("vgpu_operator.volcano")
 
-MANAGED_BY = {"app.kubernetes.io/managed-by": "vgpu-operator"}
+
+def path_of(write: ConfigMapWrite | WorkloadPatch | Restart) -> str:
+    """The API path a planned write goes to."""
+    if isinstance(write, ConfigMapWrite):
+        return configmap_path(write.namespace, None if write.create else write.name)
+    if write.kind == "Pod":
+        return pod_path(write.namespace, write.name)
+    return workload_path(write.kind, write.namespace, write.name)
 
 
-def installed(s: ClusterSnapshot) -> bool:
-    """Volcano or the HAMi plugin is there: otherwise nobody reads what the operator renders,
-    and it creates nothing."""
-    return s.scheduler_cm is not None or s.plugin is not None or s.ascend_plugin is not None
-
-
-def released_configs(s: ClusterSnapshot) -> dict[str, NodeConfig | None]:
-    """{node: released configuration} of every node the operator manages."""
-    out: dict[str, NodeConfig | None] = {}
-    for node in s.nodes:
-        if contract.ANN_CONFIG in annotations_of(node):
-            out[str(meta(node).get("name"))] = s.released(node)
-    return out
-
-
-async def _write_configmap(
+async def _send(
     api: client.ApiClient,
-    ref: ConfigMapRef,
-    cm: Mapping[str, Any] | None,
-    rendered: Rendered,
-    what: str,
+    write: ConfigMapWrite | WorkloadPatch | Restart,
+    body: Mapping[str, Any] | None,
     writes: Writes,
-) -> None:
-    result = writes.result
-    key = ("ConfigMap", ref.namespace, ref.name)
+) -> dict[str, Any] | None:
+    """One request; the object answered, or None when it was not written (backing off, gone,
+    changed meanwhile, refused: each booked in `writes`)."""
+    key = (write.kind, write.namespace, write.name)
     if not writes.ready(key):
-        return
+        return None
     try:
-        if cm is None:
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": ref.name,
-                    "namespace": ref.namespace,
-                    "labels": dict(MANAGED_BY),
-                    "annotations": dict(rendered.annotations),
-                },
-                "data": dict(rendered.data),
-            }
-            obj = await kubeapi.request(api, "POST", configmap_path(ref.namespace), body=body)
-        else:
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta(cm).get("resourceVersion"),
-                    "annotations": dict(rendered.annotations),
-                },
-                "data": dict(rendered.data),
-            }
-            obj = await kubeapi.request(
-                api,
-                "PATCH",
-                configmap_path(ref.namespace, ref.name),
-                body=patch,
-                content_type=kubeapi.MERGE_PATCH,
-            )
+        obj = await kubeapi.request(
+            api,
+            write.verb,
+            path_of(write),
+            body=dict(body) if body is not None else None,
+            content_type=write.content_type,
+        )
     except kubeapi.Conflict:
-        result.conflicts += 1
-        return
+        writes.result.conflicts += 1
+        return None
     except kubeapi.NotFound:
-        log.warning("cannot write ConfigMap %s/%s: namespace not found", ref.namespace, ref.name)
+        if isinstance(write, ConfigMapWrite):
+            log.warning("cannot write ConfigMap %s/%s: namespace not found", *key[1:])
         writes.gone(key)
-        return
+        return None
     except kubeapi.ApiError as exc:
         writes.failed(key, exc)
-        return
+        return None
     writes.succeeded(key)
-    uid = str(meta(obj).get("uid", ""))
-    result.written.append(Written("ConfigMap", ref.namespace, ref.name, what, uid))
+    return obj if isinstance(obj, dict) else {}
 
 
-def _render(label: str, render: Any, *args: Any, **kwargs: Any) -> Rendered | None:
-    """The rendered ConfigMap when it changed; None (nothing written) when it did not, or when
-    the renderer could not read the current one: the `payload-readable` and `*-rendered`
-    rules report that with the object and the key. Nothing a ConfigMap holds may fail a pass."""
-    try:
-        rendered: Rendered = render(*args, **kwargs)
-    except RenderError as exc:
-        log.warning("not rendering %s: %r", label, str(exc))
-        return None
-    except Exception as exc:  # a renderer's bug must not stop the other writes and the rules
-        log.error("not rendering %s: %s: %r", label, type(exc).__name__, str(exc))
-        return None
-    return rendered if rendered.changed else None
+async def _restart(api: client.ApiClient, r: Restart, writes: Writes) -> bool:
+    if await _send(api, r, r.body, writes) is None:
+        return False
+    for name in r.pods:  # an OnDelete DaemonSet: its pods are replaced only when deleted
+        pod = ("Pod", r.namespace, name)
+        try:
+            await kubeapi.request(api, "DELETE", pod_path(r.namespace, name))
+        except kubeapi.NotFound:
+            writes.gone(pod)
+        except kubeapi.ApiError as exc:
+            writes.failed(pod, exc)  # the rollout is recorded; the stale pod is found later
+    writes.result.restarted.append(r)
+    return True
 
 
-async def _render_off_loop(label: str, render: Any, *args: Any, **kwargs: Any) -> Rendered | None:
-    """`_render` in a thread: a large ConfigMap costs its round-trip YAML parse (ruamel, pure
-    Python: about 2 s for 80 KiB) there, while the event loop goes on with node writes."""
-    return await asyncio.to_thread(partial(_render, label, render, *args, **kwargs))
+async def execute(
+    api: client.ApiClient,
+    plan: WritePlan,
+    now: datetime,
+    backoff: WriteBackoff | None = None,
+) -> WriteResult:
+    """Send every write of `plan` due at `now`, in order: the ConfigMaps, the DaemonSet
+    PATCHes, the restarts. Objects backing off in `backoff` (kept by the caller from pass to
+    pass) are left for later."""
+    result = WriteResult()
+    writes = Writes(backoff, now, result)
+    for cm in plan.configmaps:
+        obj = await _send(api, cm, cm.body, writes)
+        if obj is not None:
+            uid = str(meta(obj).get("uid", ""))
+            result.written.append(Written("ConfigMap", cm.namespace, cm.name, cm.what, uid))
+    for w in plan.workloads:
+        if w.due is not None and w.due > now:
+            continue  # waits: plan.wake_at and plan.pending say so
+        if await _send(api, w, w.body, writes) is not None:
+            result.plugin_args_patched = result.plugin_args_patched or w.args
+            result.rolled.append((w.kind, w.namespace, w.name))
+            result.written.append(Written(w.kind, w.namespace, w.name, "; ".join(w.what), w.uid))
+    for r in plan.restarts:
+        if r.due is None or r.due <= now:
+            await _restart(api, r, writes)
+    return result
 
 
 async def enforce_configuration(
@@ -148,55 +132,13 @@ async def enforce_configuration(
     backoff: WriteBackoff | None = None,
     ledger: Mapping[str, datetime] | None = None,
     restarts: RestartSettings | None = None,
-) -> WriteResult:
-    """Write what the operator owns where it differs from what it renders; objects backing off
-    in `backoff` (kept by the caller from pass to pass) are left for later. `ledger` and
-    `restarts`: the restarts so far and their limits, which a placement patch waits for (None:
-    no limit)."""
-    result = WriteResult()
-    writes = Writes(backoff, now, result)
-    if not installed(s) or s.config.mode != "enforce":  # report, observe: nothing written
-        return result
-    cfg = s.config
-    stamp = change_stamp(now)
-    released = released_configs(s)
-
-    ref = cfg.device_config
-    cm = s.configmap(*ref.ref())
-    src = cfg.ascend_vnpu.scheduler_device
-    vnpus = vnpus_section(s.configmap(*src.ref()), src.key) if cfg.ascend_vnpu.enabled else None
-    rendered = await _render_off_loop(
-        ref.name,
-        render_device_config,
-        cm,
-        cfg,
-        stamp,
-        mig_models=s.mig_gpu_names,
-        reported=s.reported_models,
-        vnpus=vnpus,
-    )
-    if rendered is not None:
-        await _write_configmap(api, ref, cm, rendered, "device config", writes)
-
-    for ref, render in (
-        (cfg.node_config, partial(render_node_config, gpus=s.gpus_by_node)),
-        (
-            cfg.ascend_node_config,
-            partial(render_ascend_node_config, hami_vnpu_core=s.hami_vnpu_core),
-        ),
-    ):
-        cm = s.configmap(*ref.ref())
-        rendered = await _render_off_loop(ref.name, render, cm, released, cfg, stamp)
-        if rendered is not None:
-            entries = ", ".join(sorted(rendered.changed_entries)) or "ownership"
-            await _write_configmap(api, ref, cm, rendered, f"entries {entries}", writes)
-
-    ref = cfg.scheduler.config_map
-    cm = s.scheduler_cm
-    if cm is not None:
-        rendered = await _render_off_loop(ref.name, render_scheduler_conf, cm, cfg, stamp)
-        if rendered is not None:
-            await _write_configmap(api, ref, cm, rendered, "deviceshare arguments", writes)
-
-    await patch_daemonsets(api, s, writes, ledger or {}, restarts or RestartSettings(), now)
-    return result
+) -> tuple[WritePlan, WriteResult]:
+    """A configuration pass's writes in enforce mode: the plan (computed in a thread: a large
+    ConfigMap costs its round-trip YAML parse there, about 2 s for 80 KiB, while the event loop
+    goes on with node writes), then sent. Nothing in report or observe mode."""
+    if s.config.mode != "enforce":
+        return WritePlan(after=s), WriteResult()
+    plan = await asyncio.to_thread(plan_writes, s, now, ledger, restarts)
+    for note in plan.notes:
+        log.warning("%s", note)
+    return plan, await execute(api, plan, now, backoff)

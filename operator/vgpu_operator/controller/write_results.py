@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.node_writes import failure_message
 from vgpu_operator.core.backoff import Backoff
+from vgpu_operator.core.volcano.writes import Restart
 
 log = logging.getLogger("vgpu_operator.volcano")
 
@@ -65,10 +66,7 @@ class WriteResult:
     conflicts: int = 0  # objects that changed under us: render again next pass
     plugin_args_patched: bool = False
     rolled: list[ObjectKey] = field(default_factory=list)  # DaemonSets whose pods now restart
-    rollout_wait: datetime | None = None  # a placement patch waits for the restart limits
-    # DaemonSets whose pod template change waits: it restarts their pods when it goes, so no
-    # other restart of them is planned meanwhile
-    pending: set[tuple[str, str]] = field(default_factory=set)
+    restarted: list[Restart] = field(default_factory=list)  # the plan's restarts carried out
     refused: list[Refused] = field(default_factory=list)
     deferred: list[ObjectKey] = field(default_factory=list)  # backing off: not attempted
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from vgpu_operator.core.nodes.facts import NodeFacts, taint_key
@@ -96,36 +97,14 @@ def node_would_do(cluster: ClusterPlan, nodes: Mapping[str, NodeFacts]) -> list[
     return out
 
 
-_KEY_KINDS = {"deployment": "Deployment", "daemonset": "DaemonSet", "plugin-pod": "Node"}
-_ACTION_KINDS = {"rollout-deployment": "Deployment", "rollout-daemonset": "DaemonSet"}
-
-
-def _split(line: str) -> tuple[str, str, str, str]:
-    """One of core.plan's restart lines -> (kind, namespace, name, reason). Two forms: an action
-    due now, `rollout-deployment ns/name: reason`, and one deferred by the restart interval,
-    `deployment/ns/name at TIME: reason` (`core.volcano.restarts` ledger keys; `plugin-pod/<node>`,
-    the
-    plugin pod on a node, is said on the Node). The reason and the time hold colons of their
-    own."""
-    first = line.split(" ", 1)[0]
-    key_kind, slash, rest = first.partition("/")
-    if slash and key_kind in _KEY_KINDS and " at " in line:
-        when, _, reason = line.split(" at ", 1)[1].partition(": ")
-        reason = f"{reason} (due at {when})"
-        if key_kind == "plugin-pod":
-            return "Node", "", rest, f"its device plugin pod: {reason}"
-        namespace, _, name = rest.partition("/")
-        return _KEY_KINDS[key_kind], namespace, name, reason
-    head, _, reason = line.partition(": ")
-    kind, _, where = head.strip().partition(" ")
-    namespace, _, name = where.partition("/")
-    kind = _ACTION_KINDS.get(kind, "Pod" if kind == "delete-pod" else kind)
-    return kind, namespace, name, reason.strip() or line
+def _due(due: datetime | None) -> str:
+    return f" (due {due:%Y-%m-%dT%H:%M:%SZ})" if due is not None else ""
 
 
 def configuration_would_do(plan: Plan) -> list[WouldDo]:
-    """The Volcano/HAMi side of a plan computed as enforce: ConfigMap writes (only those whose
-    content differs: core.plan renders and diffs), DaemonSet patches, restarts."""
+    """The Volcano/HAMi side of a plan computed as enforce: its write plan's ConfigMap writes
+    (only those whose content differs), DaemonSet patches and restarts, each with when it falls
+    due if it waits."""
     out: list[WouldDo] = []
     for cm in plan.configmaps:
         verb = "create" if cm.create else "rewrite"
@@ -138,11 +117,16 @@ def configuration_would_do(plan: Plan) -> list[WouldDo]:
         what = f"{verb}, {lines} changed lines{entries}"
         out.append(WouldDo("ConfigMap", cm.namespace, cm.name, "write", what))
     for w in plan.workloads:
-        what = f"patch ({'; '.join(w.what)}), which restarts its pods"
+        what = f"patch{_due(w.due)} ({'; '.join(w.what)}), which restarts its pods"
         out.append(WouldDo(w.kind, w.namespace, w.name, "write", what))
-    for line in plan.restarts:
-        kind, namespace, name, reason = _split(line)
-        out.append(WouldDo(kind, namespace, name, "restart", f"restart: {reason}"))
+    for r in plan.restarts:
+        if r.action.node is not None:  # one plugin pod: said on its Node
+            what = f"restart its device plugin pod {r.name}{_due(r.due)}: {r.reason}"
+            out.append(WouldDo("Node", "", r.action.node, "restart", what))
+            continue
+        out.append(
+            WouldDo(r.kind, r.namespace, r.name, "restart", f"restart{_due(r.due)}: {r.reason}")
+        )
     return out
 
 

@@ -9,12 +9,11 @@ order, each on the state the previous one leaves:
    and which wait for room in the budget, and so the order (`maxUnavailable` at a time);
 2. the nodes: `core.nodes.planner.plan_cluster` with the rollout's steps (selection, ownership, the
    one PATCH per node, what is held back); the GPU pods running on each disruptive node;
-3. the ConfigMaps rendered from the nodes' released configurations once every node is released
-   (each PATCH replayed, `core.nodes.mergepatch`), as unified diffs, and the DaemonSet patches
-   (`core.volcano.writes`), each replayed on the snapshot;
-4. the restarts the planner asks for on that state (`core.volcano.restarts.plan_restarts`), with the
-   ConfigMaps stamped as changed now;
-5. the findings of every rule on that state (`core.rules.run_rules`) against those of now: what
+3. the Volcano/HAMi writes on the cluster once every node is released (each PATCH replayed,
+   `core.nodes.mergepatch`): the write plan enforce would send in that pass
+   (`core.volcano.writes.plan_writes`): the ConfigMaps (with unified diffs), the DaemonSet
+   patches and the restarts, each with its body and, for what waits, when it falls due;
+4. the findings of every rule on that state (`core.rules.run_rules`) against those of now: what
    would appear and what would go.
 Writes are computed as in `enforce` mode; in `report` mode the operator writes only the nodes,
 and the plan says so.
@@ -32,7 +31,6 @@ from pydantic import ValidationError
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
 from vgpu_operator.core.nodes.planner import NodePlan, plan_cluster
-from vgpu_operator.core.nodes.status import change_stamp
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.arrive import change_kind
@@ -41,9 +39,8 @@ from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds
 from vgpu_operator.core.rollout.leave import plan_with_leaves
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.rules.base import Finding
-from vgpu_operator.core.volcano import writes as config_writes
 from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored, snapshot_plugin_values
-from vgpu_operator.core.volcano.restarts import RestartSettings, plan_restarts, restart_inputs
+from vgpu_operator.core.volcano.restarts import RestartSettings
 from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
     annotations_of,
@@ -51,7 +48,14 @@ from vgpu_operator.core.volcano.snapshot import (
     name_of,
     pod_done,
 )
-from vgpu_operator.core.volcano.writes import ConfigMapChange, WorkloadPatch
+from vgpu_operator.core.volcano.writes import (
+    ConfigMapWrite,
+    Restart,
+    WorkloadPatch,
+    WritePlan,
+    installed,
+    plan_writes,
+)
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import VGPUNodePolicySpec
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION
@@ -100,9 +104,9 @@ class RolloutWave:
 class Plan:
     nodes: tuple[NodeChange, ...] = ()
     rollout: tuple[RolloutWave, ...] = ()
-    configmaps: tuple[ConfigMapChange, ...] = ()
+    configmaps: tuple[ConfigMapWrite, ...] = ()
     workloads: tuple[WorkloadPatch, ...] = ()
-    restarts: tuple[str, ...] = ()
+    restarts: tuple[Restart, ...] = ()
     appearing: tuple[Finding, ...] = ()
     resolved: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
@@ -259,26 +263,20 @@ def _key(f: Finding) -> tuple[str, str, str]:
     return (f.id, f.severity, f.message)
 
 
-def _restarts(s: ClusterSnapshot, settings: RestartSettings, now: datetime) -> tuple[str, ...]:
-    restarts = plan_restarts(restart_inputs(s), {}, settings, now)
-    done = [f"{a.kind} {a.namespace}/{a.name}: {a.reason}" for a in restarts.actions]
-    # A deferred restart waits for the change to settle (and for the minimum interval since
-    # the component's last restart): when it falls due, then why.
-    later = [f"{d.key} (due {d.until:%Y-%m-%dT%H:%M:%SZ}): {d.reason}" for d in restarts.deferred]
-    return tuple([*done, *later])
-
-
 def plan(
     s: ClusterSnapshot,
     policies: Iterable[ParsedPolicy],
     now: datetime,
     *,
     settle_seconds: float = 5.0,
+    ledger: Mapping[str, datetime] | None = None,
 ) -> Plan:
     """What the operator would do to the cluster `s` in its next pass with `policies` (every
     policy it would see: the live ones, with a proposed one added or put in place of its live
     version). The GPU pods and restart inputs are read off `s` as the controller reads them
-    (`core.rollout.gpu_pods.gpu_pod_of`, `core.volcano.restarts.restart_inputs`)."""
+    (`core.rollout.gpu_pods.gpu_pod_of`, `core.volcano.restarts.restart_inputs`). The
+    Volcano/HAMi writes are enforce's own write plan (`core.volcano.writes.plan_writes`) for
+    that pass, given the restarts so far (`ledger`; none for a process that made none)."""
     parsed = {p.name: p for p in refuse_ignored(policies, snapshot_plugin_values(s))}
     notes: list[str] = []
     for p in parsed.values():
@@ -328,18 +326,14 @@ def plan(
             for n in s.nodes
         ],
     )
-    configmaps: list[ConfigMapChange] = []
-    workloads: list[WorkloadPatch] = []
-    restarts: tuple[str, ...] = ()
-    enforce = s.config.mode == "enforce"
-    installed = any(x is not None for x in (after.scheduler_cm, after.plugin, after.ascend_plugin))
-    if not installed:
+    writes = WritePlan(after=after)
+    if not installed(after):
         notes.append("neither Volcano nor HAMi's plugin is installed: no ConfigMap is rendered")
-    elif enforce:
-        after, configmaps = config_writes.configmaps(after, change_stamp(now), notes)
-        after, workloads = config_writes.daemonsets(after)
+    elif s.config.mode == "enforce":
         settings = RestartSettings.from_config(s.config, settle_seconds)
-        restarts = _restarts(after, settings, now)
+        writes = plan_writes(after, now, ledger, settings)
+        notes += writes.notes
+        after = writes.after or after
     else:
         notes.append("mode: report: the operator writes only the nodes; doctor names the rest")
     before_findings = {_key(f): f for f in run_rules(s).findings}
@@ -347,9 +341,9 @@ def plan(
     return Plan(
         nodes=tuple(changes),
         rollout=rollout,
-        configmaps=tuple(configmaps),
-        workloads=tuple(workloads),
-        restarts=restarts,
+        configmaps=writes.configmaps,
+        workloads=writes.workloads,
+        restarts=writes.restarts,
         appearing=tuple(f for k, f in after_findings.items() if k not in before_findings),
         resolved=tuple(f for k, f in before_findings.items() if k not in after_findings),
         notes=tuple(notes),
@@ -388,9 +382,10 @@ def proposed(live: Mapping[str, Mapping[str, Any]], doc: Mapping[str, Any]) -> d
 
 
 __all__ = [
-    "ConfigMapChange",
+    "ConfigMapWrite",
     "NodeChange",
     "Plan",
+    "Restart",
     "RolloutWave",
     "WorkloadPatch",
     "plan",

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from tests.kit.memapi import MemoryNodeApi
-from tests.kit.migkit import dynamic, static
+from tests.kit.migkit import DYN, SEVEN, static
 from tests.kit.smi_samples import FakeNode
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator import contract
@@ -17,8 +17,6 @@ from vgpu_operator.agent.loop import Agent, AgentOptions
 from vgpu_operator.models.inventory import Inventory
 
 Make = Callable[..., FakeNode]
-DYN = dynamic().to_annotation()
-SEVEN = static({"profiles": {"1g.10gb": 7}}).to_annotation()
 
 
 async def until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 60.0) -> None:

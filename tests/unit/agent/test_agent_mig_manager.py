@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.kit.memapi import MemoryNodeApi
+from tests.kit.migkit import DYN, SEVEN
 from tests.kit.smi_samples import FakeNode
-from tests.unit.agent.test_agent_loop import DYN, SEVEN
 from vgpu_operator import contract
 from vgpu_operator.agent import decide
 from vgpu_operator.agent.loop import Agent, AgentOptions
@@ -65,7 +65,7 @@ async def test_a_static_layout_is_not_applied_and_the_node_says_why(fake_node: M
 
 
 async def test_dynamic_mode_is_not_blocked(fake_node: Make) -> None:
-    # dynamic partitioning only turns MIG on (the issue blocks static layouts only)
+    # dynamic partitioning only turns MIG on (only static layouts are blocked)
     fake = fake_node("H100 80GB HBM3", 1)
     api = MemoryNodeApi("n1", {contract.ANN_CONFIG: DYN})
     assert api.obj is not None

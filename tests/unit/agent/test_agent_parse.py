@@ -1,5 +1,6 @@
-"""Parsers on every nvidia-smi output sample (files in samples/, copied verbatim from the sources
-in agentkit.SAMPLE_SOURCES), plus one-line samples quoted here and the newer table layouts."""
+"""Parsers on every nvidia-smi output sample (files in tests/data/nvidia-smi/samples/, copied
+verbatim from the sources in smi_samples.SAMPLE_SOURCES), plus the one-line samples
+(smi_samples.INLINE) and the newer table layouts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.smi_samples import MIG_USER_GUIDE, SAMPLE_SOURCES, SAMPLES, sample, transcript
+from tests.kit.smi_samples import (
+    INLINE,
+    INLINE_SOURCES,
+    SAMPLE_SOURCES,
+    SAMPLES,
+    sample,
+    transcript,
+)
 from vgpu_operator.agent.parse import (
     SmiErrorKind,
     classify,
@@ -34,26 +42,6 @@ from vgpu_operator.agent.parse_actions import (
     parse_mode_change,
     parse_reset,
 )
-
-# One-line samples, quoted from their sources (INLINE_SOURCES).
-INLINE = {
-    "reset_ok": "GPU 00000000:C1:00.0 was successfully reset.",
-    "no_gi": "No GPU instances found: Not Found",
-    "no_ci": "No compute instances found: Not Found",
-    "cci": "Successfully created compute instance on GPU  0 GPU instance ID  1 using profile "
-    "MIG 1c.3g.20gb (ID  0)",
-    "no_mig": "No MIG-supported devices found.",
-}
-INLINE_SOURCES = {
-    "reset_ok": "https://github.com/NVIDIA/gpu-operator/issues/118",
-    "no_gi": "public captures of `nvidia-smi mig -lgi` with no instance (repositories not "
-    "recorded; the same wording in each)",
-    "no_ci": "public captures of `nvidia-smi mig -lci` with no instance (repositories not "
-    "recorded; the same wording in each)",
-    "cci": f"{MIG_USER_GUIDE} (`nvidia-smi mig -cci 0,0,0 -gi 1`)",
-    "no_mig": "a third-party document on a GPU that is not MIG-capable (UNCONFIRMED: not seen "
-    "in NVIDIA's documentation)",
-}
 
 
 def _pinned() -> dict[str, str]:

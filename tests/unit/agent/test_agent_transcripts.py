@@ -1,5 +1,5 @@
-"""Parsing, planning and verification on real nvidia-smi transcripts (tests/unit/agent/
-transcripts/, each file's source in agentkit.SOURCES), and the agent against the fake
+"""Parsing, planning and verification on real nvidia-smi transcripts (tests/data/nvidia-smi/
+transcripts/, each file's source in smi_samples.SOURCES), and the agent against the fake
 nvidia-smi in the states those transcripts show."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit.nodekit import policy
-from tests.unit.core.test_plan import A100_POOL, LATER, a100_cluster
+from tests.kit.plan_world import A100_POOL, LATER, a100_cluster
 from vgpu_operator.commands import plan as plan_cli
 from vgpu_operator.core.plan import plan
 
@@ -80,7 +80,7 @@ def test_text_and_json_of_a_mode_change() -> None:
     assert "a100-2: held: waits for room in the rollout budget" not in text  # it has a PATCH
     assert "    rollout: held: waits for room in the rollout budget" in text
     assert "ConfigMap kube-system/volcano-vgpu-node-config: change (entries: a100-0" in text
-    assert "plugin-pod/a100-1" in text
+    assert "(the device plugin pod on a100-1) (due " in text
     data = plan_cli.to_json(p, names)
     assert data["changes"] is True
     assert [(w["nodes"], w["now"]) for w in data["rollout"]] == [

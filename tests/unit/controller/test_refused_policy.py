@@ -9,11 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.kit.nodekit import parsed, policy
-from tests.unit.controller.test_write_backoff import FakeApi
-from vgpu_operator import kubeapi
-from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
-from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
+from tests.kit.fakeapi import FakeApi, FakeNodes
+from vgpu_operator.controller.reconciler import Reconciler, ReconcilerOptions
 from vgpu_operator.core.nodes.validate import REFUSED_REASON
 from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues
 from vgpu_operator.models.volcano_views import Version
@@ -26,21 +23,12 @@ SPLIT_5 = {
 V11 = PluginNodeValues("kube-system/volcano-device-plugin", Version(1, 11, 0), 10, 1, True)
 
 
-class RefusingApi(FakeApi):
-    def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:
-        facts = {n: node_facts(raw) for n, raw in self.nodes.items()}
-        [p] = parsed([policy("p", SPLIT_5)])
-        return facts, {"p": PolicyEntry(p, "uid-p", "1", (), {})}
-
-
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> RefusingApi:
-    api = RefusingApi(["n1", "n2"])
-    monkeypatch.setattr(kubeapi, "request", api.request)
-    return api
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNodes:
+    return FakeNodes(FakeApi(strict=True).install(monkeypatch), ["n1", "n2"], SPLIT_5)
 
 
-async def test_refused_policy_writes_no_node_and_warns_once(fake: RefusingApi) -> None:
+async def test_refused_policy_writes_no_node_and_warns_once(fake: FakeNodes) -> None:
     events: list[tuple[str, str, str, str]] = []
     plugin: list[PluginNodeValues | None] = [V11]
 

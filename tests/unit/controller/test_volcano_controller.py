@@ -20,8 +20,6 @@ from vgpu_operator.controller.app import Controller, Settings
 from vgpu_operator.controller.handlers import Runtime, build_registry, check_registry
 from vgpu_operator.controller.node_writes import _written
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
-from vgpu_operator.controller.volcano_writes import installed, released_configs
-from vgpu_operator.controller.workload_writes import on_delete_pods
 from vgpu_operator.core.findings import CONDITION
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.rules.base import Finding, ObjectRef
@@ -32,6 +30,7 @@ from vgpu_operator.core.volcano.restarts import (
     plan_restarts,
     restart_inputs,
 )
+from vgpu_operator.core.volcano.writes import installed, on_delete_pods, released_configs
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION

@@ -7,45 +7,27 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
+from tests.kit.fakeapi import FakeApi
 from tests.kit.volcano_fixtures import edit, healthy, text
 from vgpu_operator import kubeapi
-from vgpu_operator.controller.volcano_writes import enforce_configuration
-from vgpu_operator.controller.workload_writes import restart
+from vgpu_operator.controller.volcano_writes import enforce_configuration, execute
 from vgpu_operator.controller.write_results import WriteBackoff, retry_at
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.volcano.restarts import RestartAction
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.writes import Restart, WritePlan, restart_body
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NODE_CM = ("ConfigMap", "kube-system", "volcano-vgpu-node-config")
 DEVICE_CM = ("ConfigMap", "kube-system", "volcano-vgpu-device-config")
 
 
-class FakeApi:
-    def __init__(self) -> None:
-        self.refuse: dict[str, kubeapi.ApiError] = {}  # object name -> error
-        self.calls: list[tuple[str, str]] = []
-
-    async def request(self, _api: Any, method: str, path: str, **_: Any) -> dict[str, Any]:
-        name = path.rsplit("/", 1)[-1]
-        self.calls.append((method, name))
-        if name in self.refuse:
-            raise self.refuse[name]
-        return {"metadata": {"name": name, "uid": f"uid-{name}"}}
-
-    def count(self, name: str) -> int:
-        return sum(1 for _, n in self.calls if n == name)
-
-
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
-    api = FakeApi()
-    monkeypatch.setattr(kubeapi, "request", api.request)
-    return api
+    return FakeApi().install(monkeypatch)
 
 
 def stale() -> ClusterSnapshot:
@@ -70,9 +52,9 @@ def refused(status: int, message: str, **headers: str) -> kubeapi.ApiError:
 
 
 async def test_a_refused_configmap_backs_off_and_the_other_writes_go_on(fake: FakeApi) -> None:
-    fake.refuse["volcano-vgpu-node-config"] = refused(422, "denied by policy x")
+    fake.refuse("volcano-vgpu-node-config", refused(422, "denied by policy x"))
     b = backoff()
-    result = await enforce_configuration(None, stale(), T0, b)
+    _, result = await enforce_configuration(None, stale(), T0, b)
     assert [w.name for w in result.written] == [DEVICE_CM[2]]
     [r] = result.refused
     assert (r.kind, r.namespace, r.name) == NODE_CM
@@ -82,41 +64,47 @@ async def test_a_refused_configmap_backs_off_and_the_other_writes_go_on(fake: Fa
 
     # A pass before it is due leaves it alone (the device config is created again: the
     # stand-in does not change the snapshot).
-    result = await enforce_configuration(None, stale(), T0 + timedelta(seconds=1.9), b)
+    _, result = await enforce_configuration(None, stale(), T0 + timedelta(seconds=1.9), b)
     assert result.deferred == [NODE_CM] and result.refused == []
     assert fake.count("volcano-vgpu-node-config") == 1
 
     # Due: tried again, refused again, twice as long now.
-    result = await enforce_configuration(None, stale(), T0 + timedelta(seconds=2), b)
+    _, result = await enforce_configuration(None, stale(), T0 + timedelta(seconds=2), b)
     assert fake.count("volcano-vgpu-node-config") == 2
     assert retry_at(b) == T0 + timedelta(seconds=6)
 
     # Accepted: forgotten.
-    del fake.refuse["volcano-vgpu-node-config"]
-    result = await enforce_configuration(None, stale(), T0 + timedelta(seconds=6), b)
+    fake.accept("volcano-vgpu-node-config")
+    _, result = await enforce_configuration(None, stale(), T0 + timedelta(seconds=6), b)
     assert {w.name for w in result.written} == {NODE_CM[2], DEVICE_CM[2]}
     assert len(b) == 0 and retry_at(b) is None
 
 
+async def restart(action: RestartAction, now: datetime, b: WriteBackoff) -> bool:
+    """One restart of a write plan, due now: carried out or not."""
+    plan = WritePlan(restarts=(Restart(action, None, restart_body(now)),))
+    return bool((await execute(None, plan, now, b)).restarted)
+
+
 async def test_a_workload_restart_honours_retry_after(fake: FakeApi) -> None:
-    fake.refuse["volcano-scheduler"] = refused(429, "busy", **{"Retry-After": "30"})
+    fake.refuse("volcano-scheduler", refused(429, "busy", **{"Retry-After": "30"}))
     action = RestartAction(
         "rollout-deployment", "volcano-system", "volcano-scheduler", "scheduler", "conf changed"
     )
     b = backoff()
-    assert await restart(None, action, T0, healthy(), b) is False
+    assert await restart(action, T0, b) is False
     assert retry_at(b) == T0 + timedelta(seconds=30)
-    assert await restart(None, action, T0 + timedelta(seconds=29), healthy(), b) is False
+    assert await restart(action, T0 + timedelta(seconds=29), b) is False
     assert fake.count("volcano-scheduler") == 1
-    del fake.refuse["volcano-scheduler"]
-    assert await restart(None, action, T0 + timedelta(seconds=30), healthy(), b) is True
+    fake.accept("volcano-scheduler")
+    assert await restart(action, T0 + timedelta(seconds=30), b) is True
     assert fake.count("volcano-scheduler") == 2 and len(b) == 0
 
 
 async def test_gone_and_conflicting_objects_are_not_backed_off(fake: FakeApi) -> None:
-    fake.refuse["volcano-vgpu-node-config"] = kubeapi.error_for(409, "Conflict")
-    fake.refuse["configmaps"] = kubeapi.error_for(404, "Not Found")  # no such namespace
+    fake.refuse("volcano-vgpu-node-config", kubeapi.error_for(409, "Conflict"))
+    fake.refuse("configmaps", kubeapi.error_for(404, "Not Found"))  # no such namespace
     b = backoff()
-    result = await enforce_configuration(None, stale(), T0, b)
+    _, result = await enforce_configuration(None, stale(), T0, b)
     assert result.conflicts == 1 and result.refused == [] and len(b) == 0
-    assert fake.calls == [("POST", "configmaps"), ("PATCH", NODE_CM[2])]
+    assert fake.sent() == [("POST", "configmaps"), ("PATCH", NODE_CM[2])]

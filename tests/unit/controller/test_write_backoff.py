@@ -12,47 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.kit.nodekit import apply, node, parsed, policy
+from tests.kit.fakeapi import FakeApi, FakeNodes
+from tests.kit.nodekit import HAMI
 from vgpu_operator import kubeapi
-from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
+from vgpu_operator.controller.reconciler import Reconciler, ReconcilerOptions
 from vgpu_operator.core.backoff import Backoff
-from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
 
-HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
 DENIED = "nodes \"n1\" is forbidden: ValidatingAdmissionPolicy 'deny' denied request"
-
-
-class FakeApi:
-    """Nodes in a dict; PATCHes of the nodes in `refuse` raise the error given for them."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.nodes = {n: node(n, {"pool": "a"}) for n in names}
-        self.refuse: dict[str, kubeapi.ApiError] = {}
-        self.patches: list[tuple[str, float]] = []  # (node, loop time)
-        self.status: list[dict[str, Any]] = []
-
-    async def request(self, _api: Any, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        name = path.rsplit("/", 1)[-1]
-        if path.startswith("/api/v1/nodes/") and method == "PATCH":
-            self.patches.append((name, asyncio.get_running_loop().time()))
-            if name in self.refuse:
-                raise self.refuse[name]
-            self.nodes[name] = apply(self.nodes[name], kw["body"])
-            return self.nodes[name]
-        if path.endswith("/status") and method == "PATCH":
-            self.status.append(kw["body"]["status"])
-            return {}
-        if method == "GET" and path.startswith("/api/v1/nodes/"):
-            return self.nodes[name]
-        raise AssertionError(f"unexpected {method} {path}")
-
-    def snapshot(self) -> tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]:
-        facts = {n: node_facts(raw) for n, raw in self.nodes.items()}
-        [p] = parsed([policy("p", HAMI)])
-        return facts, {"p": PolicyEntry(p, "uid-p", "1", (), {})}
-
-    def count(self) -> Counter[str]:
-        return Counter(n for n, _ in self.patches)
 
 
 def invalid(message: str = DENIED) -> kubeapi.ApiError:
@@ -60,13 +26,11 @@ def invalid(message: str = DENIED) -> kubeapi.ApiError:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
-    api = FakeApi(["n1", "n2", "n3"])
-    monkeypatch.setattr(kubeapi, "request", api.request)
-    return api
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNodes:
+    return FakeNodes(FakeApi(strict=True).install(monkeypatch), ["n1", "n2", "n3"], HAMI)
 
 
-def reconciler(fake: FakeApi, backoff: Backoff[str], clock: Any = None) -> Reconciler:
+def reconciler(fake: FakeNodes, backoff: Backoff[str], clock: Any = None) -> Reconciler:
     r = Reconciler(
         api=None,  # type: ignore[arg-type]  # the stand-in ignores it
         snapshot=fake.snapshot,
@@ -80,11 +44,11 @@ def reconciler(fake: FakeApi, backoff: Backoff[str], clock: Any = None) -> Recon
 
 
 async def test_a_refused_node_waits_for_its_backoff_and_the_others_are_written(
-    fake: FakeApi,
+    fake: FakeNodes,
 ) -> None:
     now = [1000.0]
     r = reconciler(fake, Backoff(initial=1.0, cap=60.0, jitter=0.0), clock=lambda: now[0])
-    fake.refuse["n1"] = invalid()
+    fake.refuse("n1", invalid())
     await r.reconcile(full=True, only=set())
     assert fake.count() == Counter({"n1": 1, "n2": 1, "n3": 1})
     assert r.node_backoff.failing() == {"n1": (1, f"422 {DENIED}", 1000.0)}
@@ -108,7 +72,7 @@ async def test_a_refused_node_waits_for_its_backoff_and_the_others_are_written(
     assert failure is not None and (failure.attempts, failure.next_at) == (2, 1003.0)
 
     # The refusal goes away: the next due pass writes it, and the status forgets it.
-    del fake.refuse["n1"]
+    fake.accept("n1")
     now[0] = 1003.0
     await r.reconcile(full=False, only={"n1"})
     assert fake.count() == Counter({"n1": 3, "n2": 1, "n3": 1})
@@ -116,11 +80,14 @@ async def test_a_refused_node_waits_for_its_backoff_and_the_others_are_written(
     assert fake.status[-1]["problemNodes"] == []
 
 
-async def test_retry_after_is_honoured(fake: FakeApi) -> None:
+async def test_retry_after_is_honoured(fake: FakeNodes) -> None:
     now = [50.0]
     r = reconciler(fake, Backoff(initial=1.0, cap=60.0, jitter=0.0), clock=lambda: now[0])
-    fake.refuse["n2"] = kubeapi.error_for(
-        429, "Too Many Requests", body='{"message": "slow down"}', headers={"Retry-After": "5"}
+    fake.refuse(
+        "n2",
+        kubeapi.error_for(
+            429, "Too Many Requests", body='{"message": "slow down"}', headers={"Retry-After": "5"}
+        ),
     )
     await r.reconcile(full=True, only=set())
     failure = r.node_backoff.get("n2")
@@ -131,21 +98,21 @@ async def test_retry_after_is_honoured(fake: FakeApi) -> None:
     assert fake.count()["n2"] == 1
 
 
-async def test_conflicts_and_deleted_nodes_are_not_backed_off(fake: FakeApi) -> None:
+async def test_conflicts_and_deleted_nodes_are_not_backed_off(fake: FakeNodes) -> None:
     r = reconciler(fake, Backoff(initial=1.0, cap=60.0, jitter=0.0))
-    fake.refuse["n1"] = kubeapi.error_for(409, "Conflict")
-    fake.refuse["n3"] = kubeapi.error_for(404, "Not Found")
+    fake.refuse("n1", kubeapi.error_for(409, "Conflict"))
+    fake.refuse("n3", kubeapi.error_for(404, "Not Found"))
     await r.reconcile(full=True, only=set())
     # n1: read again and planned again, `conflict_retries` times; n3 is gone
     assert fake.count() == Counter({"n1": 4, "n2": 1, "n3": 1})
     assert len(r.node_backoff) == 0
 
 
-async def test_the_reconciler_wakes_itself_when_a_node_is_due(fake: FakeApi) -> None:
+async def test_the_reconciler_wakes_itself_when_a_node_is_due(fake: FakeNodes) -> None:
     """The real loop, a short backoff: n1 is tried at 0, 0.1, 0.3, 0.7 s, ... (doubling), not
     every pass; n2 and n3 are written once."""
     r = reconciler(fake, Backoff(initial=0.1, cap=10.0, jitter=0.0))
-    fake.refuse["n1"] = kubeapi.error_for(503, "Service Unavailable")
+    fake.refuse("n1", kubeapi.error_for(503, "Service Unavailable"))
     task = asyncio.create_task(r.run())
     try:
         r.request_full()

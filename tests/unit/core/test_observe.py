@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
 from tests.kit.nodekit import DEFAULT_TAINT, node, parsed, policy
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import node_facts
@@ -13,7 +16,8 @@ from vgpu_operator.core.observe import (
     node_would_do,
     observed_condition,
 )
-from vgpu_operator.core.plan import ConfigMapChange, Plan, WorkloadPatch
+from vgpu_operator.core.plan import ConfigMapWrite, Plan, Restart, WorkloadPatch
+from vgpu_operator.core.volcano.restarts import RestartAction
 from vgpu_operator.models.config import load_config
 
 HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
@@ -67,10 +71,11 @@ def test_condition_true_when_nothing_would_change_false_listing_it_otherwise() -
     assert status == "True" and "not read yet" in message
     plan = Plan(
         configmaps=(
-            ConfigMapChange(
+            ConfigMapWrite(
                 "volcano-system",
                 "volcano-vgpu-device-config",
                 create=False,
+                body={},
                 diff="--- a"
                 "\n+++ b\n-  resourceCountName: nvidia.com/gpu\n+  resourceCountName: y\n",
             ),
@@ -79,7 +84,15 @@ def test_condition_true_when_nothing_would_change_false_listing_it_otherwise() -
             WorkloadPatch("DaemonSet", "kube-system", "volcano-device-plugin", ("placement",), {}),
         ),
         restarts=(
-            "rollout-deployment volcano-system/volcano-scheduler: its device config changed",
+            Restart(
+                RestartAction(
+                    "rollout-deployment",
+                    "volcano-system",
+                    "volcano-scheduler",
+                    "deployment/volcano-system/volcano-scheduler",
+                    "its device config changed",
+                )
+            ),
         ),
     )
     cfg = configuration_would_do(plan)
@@ -100,25 +113,41 @@ def test_observe_is_a_mode_of_the_operator_config() -> None:
     assert load_config("").on_delete == "Delete"
 
 
-def test_a_deferred_restart_names_its_object_and_keeps_the_time_whole() -> None:
-    # core.plan's lines for restarts the restart interval defers: ledger key, due time, reason
+def test_a_deferred_restart_names_its_object_and_its_due_time() -> None:
+    # the write plan's restarts, as core.volcano.restarts plans them: one due later, one plugin
+    # pod (said on its node) due later, one due now
+    due = datetime(2026, 11, 23, 11, 55, 7, tzinfo=UTC)
+    scheduler = RestartAction(
+        "rollout-deployment",
+        "volcano-system",
+        "volcano-scheduler",
+        "deployment/volcano-system/volcano-scheduler",
+        "1 pod(s) started before what the scheduler reads once changed at 2026-11-23T11:55:01Z",
+    )
+    reason = "started before the node-config entry of gpu-3 changed at 2026-11-23T11:55:01Z"
+    pod = RestartAction(
+        "delete-pod", "kube-system", "volcano-device-plugin-x2", "plugin-pod/gpu-3", reason, "gpu-3"
+    )
+    scheduler_now = replace(scheduler, name="other-scheduler")
     plan = Plan(
         restarts=(
-            "deployment/volcano-system/volcano-scheduler at 2026-11-23T11:55:07+00:00: 1 pod(s) "
-            "started before what the scheduler reads once changed at 2026-11-23T11:55:01Z",
-            "plugin-pod/gpu-3 at 2026-11-23T11:55:09+00:00: started before its entry changed",
-            "delete-pod kube-system/volcano-device-plugin-x2: started before 2026-11-23T11:55:01Z",
+            Restart(scheduler, due),
+            Restart(pod, due + timedelta(seconds=2)),
+            Restart(scheduler_now, None, {"spec": {}}),
         )
     )
     cfg = configuration_would_do(plan)
-    assert [(w.kind, w.namespace, w.name) for w in cfg] == [
-        ("Deployment", "volcano-system", "volcano-scheduler"),
-        ("Node", "", "gpu-3"),
-        ("Pod", "kube-system", "volcano-device-plugin-x2"),
+    assert [(w.kind, w.namespace, w.name, w.verb) for w in cfg] == [
+        ("Deployment", "volcano-system", "volcano-scheduler", "restart"),
+        ("Node", "", "gpu-3", "restart"),
+        ("Deployment", "volcano-system", "other-scheduler", "restart"),
     ]
     assert cfg[0].what == (
-        "restart: 1 pod(s) started before what the scheduler reads once changed at "
-        "2026-11-23T11:55:01Z (due at 2026-11-23T11:55:07+00:00)"
+        "restart (due 2026-11-23T11:55:07Z): 1 pod(s) started before what the scheduler reads "
+        "once changed at 2026-11-23T11:55:01Z"
     )
-    assert cfg[1].what.startswith("restart: its device plugin pod: started before its entry")
-    assert cfg[2].what == "restart: started before 2026-11-23T11:55:01Z"
+    assert cfg[1].what == (
+        "restart its device plugin pod volcano-device-plugin-x2 (due 2026-11-23T11:55:09Z): "
+        + reason
+    )
+    assert cfg[2].what.startswith("restart: 1 pod(s) started before")

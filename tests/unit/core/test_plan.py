@@ -4,22 +4,20 @@ nodes run GPU pods. The cluster is Volcano's and HAMi's own install manifests (u
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.kit.nodekit import node, policy
-from vgpu_devcluster import upstream
+from tests.kit.nodekit import node
+from tests.kit.plan_world import CONFIG, LATER, NOW, PRESENT, a100_cluster, run, snapshot
 from vgpu_operator import contract
 from vgpu_operator.core.findings import config_condition
 from vgpu_operator.core.nodes.validate import parse_policy
-from vgpu_operator.core.plan import Plan, plan, proposed
+from vgpu_operator.core.plan import plan, proposed
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import load_config
@@ -29,12 +27,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXAMPLE_FILES = [
     f for f in sorted(EXAMPLES.glob("*/*.yaml")) if "kind: VGPUNodePolicy" in f.read_text()
 ]
-NOW = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
-PRESENT = {"nvidia.com/gpu.present": "true"}
 NODE_CM = "volcano-vgpu-node-config"
-CONFIG = load_config("gpuMemoryFactor: 11\n")  # what 8 x 80 GB GPUs need (<= 60000 entries)
-# HAMi's Ascend plugin only where an example has an Ascend pool (its ConfigMaps are large)
-ASCEND = load_config("gpuMemoryFactor: 11\nascendVnpu:\n  enabled: true\n")
 
 
 def node_for(raw_policy: dict[str, Any]) -> dict[str, Any]:
@@ -55,41 +48,8 @@ def node_for(raw_policy: dict[str, Any]) -> dict[str, Any]:
     return node(f"{raw_policy['metadata']['name']}-node", labels, gpu=gpu)
 
 
-@functools.cache
-def _manifests(ascend: bool) -> str:
-    """The install manifests' ConfigMaps and workloads (parsed once: the files are large)."""
-    docs = [*upstream.volcano_documents(), *upstream.hami_vgpu_documents("v1.12.0")]
-    docs += upstream.ascend_documents() if ascend else []
-    return json.dumps([d for d in docs if d["kind"] in ("ConfigMap", "Deployment", "DaemonSet")])
-
-
-def installed_objects(ascend: bool) -> dict[str, list[dict[str, Any]]]:
-    docs = json.loads(_manifests(ascend))
-    return {
-        k: [d for d in docs if d["kind"] == k] for k in ("ConfigMap", "Deployment", "DaemonSet")
-    }
-
-
-def snapshot(nodes: list[dict[str, Any]], *, ascend: bool = False) -> ClusterSnapshot:
-    objects = installed_objects(ascend)
-    return ClusterSnapshot(
-        config=ASCEND if ascend else CONFIG,
-        configmaps=objects["ConfigMap"],
-        deployments=objects["Deployment"],
-        daemonsets=objects["DaemonSet"],
-        nodes=nodes,
-    )
-
-
 def example_policies(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "VGPUNodePolicy"]
-
-
-LATER = NOW + timedelta(hours=1)  # the plugin and GPU pods started between NOW and LATER
-
-
-def run(s: ClusterSnapshot, raws: list[dict[str, Any]], at: datetime = NOW) -> Plan:
-    return plan(s, [parse_policy(proposed({}, r)) for r in raws], at)
 
 
 def test_the_examples_with_policies_are_found() -> None:
@@ -129,55 +89,6 @@ def test_every_example_plans_its_pools_and_then_nothing(path: Path) -> None:
     assert not again.appearing
 
 
-def gpu_pod(name: str, on: str, started: datetime) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}"},
-        "spec": {
-            "nodeName": on,
-            "schedulerName": "volcano",
-            "containers": [
-                {"name": "main", "resources": {"limits": {"volcano.sh/vgpu-number": "1"}}}
-            ],
-        },
-        "status": {"phase": "Running", "startTime": started.isoformat()},
-    }
-
-
-def plugin_pod(on: str, started: datetime) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"volcano-device-plugin-{on}",
-            "namespace": "kube-system",
-            "labels": {"name": "volcano-device-plugin"},
-            "uid": f"uid-plugin-{on}",
-        },
-        "spec": {"nodeName": on, "containers": [{"name": "volcano-device-plugin"}]},
-        "status": {"phase": "Running", "startTime": started.isoformat()},
-    }
-
-
-A100_POOL = {
-    "nodeSelector": {"matchLabels": {contract.GFD_PRODUCT: "NVIDIA-A100-SXM4-80GB"}},
-    "mode": "hami-core",
-    "rollout": {"maxUnavailable": 2},
-}
-
-
-def a100_cluster() -> tuple[ClusterSnapshot, dict[str, Any]]:
-    """Three A100 nodes in a hami-core pool, converged at NOW; two run GPU pods and every one
-    its plugin pod, started after the configuration (plan at LATER)."""
-    nodes = [node(f"a100-{i}", PRESENT) for i in range(3)]
-    live = policy("a100-pool", A100_POOL)
-    first = run(snapshot(nodes), [live])
-    assert first.after is not None
-    started = NOW + timedelta(minutes=10)
-    pods = [gpu_pod("train-0", "a100-0", started), gpu_pod("train-1", "a100-2", started)]
-    pods += [plugin_pod(f"a100-{i}", started) for i in range(3)]
-    steady = replace(first.after, pods=pods)
-    assert not run(steady, [live], LATER).changes
-    return steady, live
-
-
 def test_mode_change_of_a_pool_with_running_gpu_pods() -> None:
     steady, live = a100_cluster()
     change = json.loads(json.dumps(live))
@@ -210,8 +121,9 @@ def test_mode_change_of_a_pool_with_running_gpu_pods() -> None:
     assert lines.count('+"operatingmode":"mig",') == 3
     assert lines.count('-"operatingmode":"hami-core",') == 3
     # each node's plugin pod started before its entry changed: replaced, one by one
-    assert [r.split()[0] for r in p.restarts] == [f"plugin-pod/a100-{i}" for i in range(3)]
-    assert all("(due " in r and "started before the node-config entry" in r for r in p.restarts)
+    assert [r.action.key for r in p.restarts] == [f"plugin-pod/a100-{i}" for i in range(3)]
+    assert all(r.due is not None for r in p.restarts)  # each waits for the change to settle
+    assert all("started before the node-config entry" in r.reason for r in p.restarts)
     # what doctor would say right after: the plugin pods still serve the old mode
     assert p.appearing, p.appearing
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from tests.kit.nodekit import node, policy
-from tests.unit.core.test_plan import LATER, PRESENT, a100_cluster, run
+from tests.kit.plan_world import LATER, PRESENT, a100_cluster, run
 from vgpu_devcluster import upstream
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.planner import plan_cluster

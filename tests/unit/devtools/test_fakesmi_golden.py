@@ -1,5 +1,6 @@
-"""The fake nvidia-smi against real nvidia-smi output (samples/, each file's source in
-agentkit.SAMPLE_SOURCES, most from NVIDIA's MIG user guide), character for character.
+"""The fake nvidia-smi against real nvidia-smi output (tests/data/nvidia-smi/samples/, each
+file's source in smi_samples.SAMPLE_SOURCES, most from NVIDIA's MIG user guide), character for
+character.
 
 Each test puts the fake into the state the sample was taken in (bus IDs, modes, instances), runs
 the sample's command through the `nvidia-smi` wrapper as a subprocess, and compares the output
@@ -17,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.smi_samples import FakeNode, make_node, sample
-from tests.unit.agent.test_agent_parse import INLINE
+from tests.kit.smi_samples import INLINE, FakeNode, make_node, sample
 from vgpu_devcluster import fakesmi_state as fs
 
 

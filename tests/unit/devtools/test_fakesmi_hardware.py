@@ -1,5 +1,5 @@
-"""The fake nvidia-smi against real hardware behaviour the agent's first version did not meet
-(each test names its transcript; agentkit.SOURCES says where each was seen):
+"""The fake nvidia-smi against real hardware behaviour the agent must meet
+(each test names its transcript; smi_samples.SOURCES says where each was seen):
 
 - Hopper's `-C` makes compute-instance profile 7 in a 1g double-memory GPU instance;
 - `mig -lcip` lists a GPU instance's compute-instance profiles, the default marked `*`;
@@ -23,18 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.smi_samples import make_node, transcript
-from tests.unit.devtools.test_fakesmi_state_machine import Fake, fake
+from tests.kit.smi_samples import InProcessSmi, make_node, transcript
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.parse import parse_compute_apps
 from vgpu_operator.agent.parse_actions import parse_created, parse_list
 
-__all__ = ["fake"]  # fixture
-
 APPS = ("--query-compute-apps=gpu_bus_id,gpu_uuid,pid,used_memory,process_name", "--format=csv")
 
 
-def test_hopper_cgi_15_with_C_makes_compute_instance_profile_7(fake: Fake) -> None:
+def test_hopper_cgi_15_with_C_makes_compute_instance_profile_7(fake: InProcessSmi) -> None:
     # transcripts/h100_cgi15_C.txt: `mig -i 3 -cgi 15 -C` four times on GPU 3 of an H100 node
     real = transcript("h100_cgi15_C.txt")
     fake.init("H100 80GB HBM3", 4, mig=True)
@@ -50,7 +47,7 @@ def test_hopper_cgi_15_with_C_makes_compute_instance_profile_7(fake: Fake) -> No
     assert [m.device for m in gpu3.migs] == [m.device for m in want.migs]
 
 
-def test_ampere_1g_compute_instances_are_profile_0(fake: Fake) -> None:
+def test_ampere_1g_compute_instances_are_profile_0(fake: InProcessSmi) -> None:
     # transcripts/a100_cgi19_cci.txt: seven 1g.5gb, then `-cci` per GPU instance: CI profile 0
     real = transcript("a100_cgi19_cci.txt")
     _, real_cis = parse_created(real)
@@ -65,7 +62,7 @@ def test_ampere_1g_compute_instances_are_profile_0(fake: Fake) -> None:
     assert len(cis) == 7
 
 
-def test_lcip_lists_compute_instance_profiles_as_the_driver_does(fake: Fake) -> None:
+def test_lcip_lists_compute_instance_profiles_as_the_driver_does(fake: InProcessSmi) -> None:
     # transcripts/lcip_a100_pcie_40gb_r510.txt: a 1g.5gb GPU instance (ID 9) and a 2g.10gb one
     # (ID 3), each with its full compute instance, on an A100-PCIE-40GB with driver 510
     fake.init("A100-PCIE-40GB", mig=True, driver_version="510.47.03")
@@ -78,14 +75,14 @@ def test_lcip_lists_compute_instance_profiles_as_the_driver_does(fake: Fake) -> 
     assert fake("mig", "-lcip") == (transcript("lcip_a100_pcie_40gb_r510.txt"), 0)
 
 
-def test_lgip_of_an_a100_pcie_40gb_on_driver_510(fake: Fake) -> None:
+def test_lgip_of_an_a100_pcie_40gb_on_driver_510(fake: InProcessSmi) -> None:
     # transcripts/lgip_a100_pcie_40gb_r510.txt: every Free count 0 (a 7g instance exists)
     fake.init("A100-PCIE-40GB", mig=True, driver_version="510.47.03")
     fake("mig", "-cgi", "0", "-C")
     assert fake("mig", "-lgip") == (transcript("lgip_a100_pcie_40gb_r510.txt"), 0)
 
 
-def test_cci_takes_only_the_profiles_lcip_lists(fake: Fake) -> None:
+def test_cci_takes_only_the_profiles_lcip_lists(fake: InProcessSmi) -> None:
     # Reconstructed from the listings above: a Hopper 1g.20gb GPU instance lists CI profile 7
     # only (transcripts/h100_cgi15_C.txt made 7), so `-cci 0` is refused; `-cci` alone makes
     # the default.
@@ -99,7 +96,7 @@ def test_cci_takes_only_the_profiles_lcip_lists(fake: Fake) -> None:
     assert re.search(r"MIG 1g\.20gb\s+7\*\s+0/1", lcip)
 
 
-def test_ampere_switches_at_once_when_nothing_holds_the_gpu(fake: Fake) -> None:
+def test_ampere_switches_at_once_when_nothing_holds_the_gpu(fake: InProcessSmi) -> None:
     # MIG user guide: "the driver will attempt to reset the GPU so that MIG mode can take
     # effect"; the printed text is the guide's sample of an A100's `-i 0 -mig 1`
     # (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html).
@@ -119,7 +116,7 @@ def test_ampere_switches_at_once_when_nothing_holds_the_gpu(fake: Fake) -> None:
 
 
 @pytest.mark.parametrize("how", ["reset", "reboot"])
-def test_hopper_loses_mig_mode_on_reset_and_reboot(fake: Fake, how: str) -> None:
+def test_hopper_loses_mig_mode_on_reset_and_reboot(fake: InProcessSmi, how: str) -> None:
     # https://github.com/NVIDIA/gpu-admin-tools/issues/2 (NVIDIA): "On H100 the MIG enablement
     # is controlled by driver and it's all gone by the time the VM is gone and GPU resets."
     fake.init("H100 80GB HBM3", mig=True)
@@ -132,14 +129,14 @@ def test_hopper_loses_mig_mode_on_reset_and_reboot(fake: Fake, how: str) -> None
     assert (g["mig_current"], g["mig_pending"], g["gis"]) == (False, False, [])
 
 
-def test_ampere_keeps_mig_mode_over_a_reboot(fake: Fake) -> None:
+def test_ampere_keeps_mig_mode_over_a_reboot(fake: InProcessSmi) -> None:
     # NVIDIA/gpu-operator#2603: "MIG mode survives a reboot on Ampere via an InfoROM status bit"
     fake.init("A100 80GB PCIe", mig=True)
     fs.reboot(fake.path)
     assert (fake.gpu()["mig_current"], fake.gpu()["mig_pending"]) == (True, True)
 
 
-def test_pcie_sku_on_driver_535_lists_no_profiles_until_mig_is_on(fake: Fake) -> None:
+def test_pcie_sku_on_driver_535_lists_no_profiles_until_mig_is_on(fake: InProcessSmi) -> None:
     # mig-parted pkg/mig/discovery/discovery.go: "older drivers (e.g., 535) ... don't support
     # querying MIG profiles when MIG mode is disabled"
     fake.init("A100 80GB PCIe", driver_version="535.161.08")
@@ -150,7 +147,9 @@ def test_pcie_sku_on_driver_535_lists_no_profiles_until_mig_is_on(fake: Fake) ->
     assert "NVIDIA A100 80GB PCIe" in fake("-L")[0]
 
 
-def test_processes_of_other_pid_namespaces(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_processes_of_other_pid_namespaces(
+    fake: InProcessSmi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake.init("H100 80GB HBM3")
     fs.add_process(fake.path, 0, 50983, "python train.py", namespace="pod-a")
     fs.add_process(fake.path, 0, 7, "own", namespace="agent")
@@ -160,7 +159,7 @@ def test_processes_of_other_pid_namespaces(fake: Fake, monkeypatch: pytest.Monke
     assert [p.pid for p in parse_compute_apps(fake(*APPS)[0])] == [7]
     with fs.edit(fake.path) as s:
         s["foreign_processes"] = "not_found"
-    # reconstructed from the public captures the review quotes: "50983, [Not Found]"
+    # reconstructed from public captures ("50983, [Not Found]")
     seen = parse_compute_apps(fake(*APPS)[0])
     assert [(p.pid, p.name) for p in seen] == [(7, "own"), (50983, "[Not Found]")]
 

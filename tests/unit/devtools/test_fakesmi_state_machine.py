@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit.smi_samples import InProcessSmi
 from vgpu_devcluster import fakesmi
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.agent.parse import (
@@ -22,35 +23,7 @@ from vgpu_operator.agent.parse import (
 )
 
 
-class Fake:
-    def __init__(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-    ):
-        self.path = tmp_path / "state.json"
-        self.capsys = capsys
-        monkeypatch.setenv(fs.ENV_STATE, str(self.path))
-
-    def init(self, model: str, count: int = 1, **kw: object) -> Fake:
-        fs.init_state(self.path, model, count, **kw)  # type: ignore[arg-type]
-        return self
-
-    def __call__(self, *args: str) -> tuple[str, int]:
-        self.capsys.readouterr()
-        rc = fakesmi.main(list(args))
-        return self.capsys.readouterr().out, rc
-
-    def gpu(self, i: int = 0) -> fs.GpuState:
-        return fs.load(self.path)["gpus"][i]
-
-
-@pytest.fixture
-def fake(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Fake:
-    return Fake(tmp_path, monkeypatch, capsys)
-
-
-def test_ampere_mode_is_pending_until_a_reset_of_that_gpu(fake: Fake) -> None:
+def test_ampere_mode_is_pending_until_a_reset_of_that_gpu(fake: InProcessSmi) -> None:
     fake.init("A100-SXM4-80GB", 2)
     fs.add_process(fake.path, 1, 11)  # a client holds GPU 1: its driver cannot reset it now
     out, rc = fake("-i", "1", "-mig", "1")
@@ -63,13 +36,13 @@ def test_ampere_mode_is_pending_until_a_reset_of_that_gpu(fake: Fake) -> None:
     assert fs.count_effect(fake.path, "reset") == 1
 
 
-def test_hopper_mode_changes_at_once(fake: Fake) -> None:
+def test_hopper_mode_changes_at_once(fake: InProcessSmi) -> None:
     fake.init("H200")
     assert fake("-i", "0", "-mig", "1")[0].startswith("Enabled MIG Mode for GPU")
     assert (fake.gpu()["mig_current"], fake.gpu()["mig_pending"]) == (True, True)
 
 
-def test_mode_change_with_processes_goes_pending_in_use(fake: Fake) -> None:
+def test_mode_change_with_processes_goes_pending_in_use(fake: InProcessSmi) -> None:
     fake.init("H100 80GB HBM3")
     fs.add_process(fake.path, 0, 11)
     out, _ = fake("-i", "0", "-mig", "1")
@@ -78,7 +51,7 @@ def test_mode_change_with_processes_goes_pending_in_use(fake: Fake) -> None:
     assert fake("-i", "0", "-r")[1] == 255  # and the reset is refused while it runs
 
 
-def test_not_mig_capable_gpu(fake: Fake) -> None:
+def test_not_mig_capable_gpu(fake: InProcessSmi) -> None:
     fake.init("RTX 4090")
     out, rc = fake("-i", "0", "-mig", "1")
     assert "Unable to enable MIG Mode for GPU 00000000:07:00.0: Not Supported" in out
@@ -87,7 +60,7 @@ def test_not_mig_capable_gpu(fake: Fake) -> None:
     assert (row.mig_current, row.mig_pending, row.memory_mib) == (None, None, 24564)
 
 
-def test_seven_1g_get_the_documented_instance_ids(fake: Fake) -> None:
+def test_seven_1g_get_the_documented_instance_ids(fake: InProcessSmi) -> None:
     fake.init("A100-SXM4-40GB", mig=True)
     out, rc = fake("mig", "-cgi", ",".join(["19"] * 7))
     assert rc == 0
@@ -97,7 +70,7 @@ def test_seven_1g_get_the_documented_instance_ids(fake: Fake) -> None:
     assert starts == list(range(7))
 
 
-def test_explicit_placements_and_overlap(fake: Fake) -> None:
+def test_explicit_placements_and_overlap(fake: InProcessSmi) -> None:
     fake.init("A100-SXM4-80GB", mig=True)
     assert fake("mig", "-cgi", "9:0", "-C")[1] == 0
     out, rc = fake("mig", "-cgi", "5:0")
@@ -108,7 +81,7 @@ def test_explicit_placements_and_overlap(fake: Fake) -> None:
     assert {gi["start"] for gi in fake.gpu()["gis"]} == {0, 4, 6}
 
 
-def test_free_counts_follow_the_instances(fake: Fake) -> None:
+def test_free_counts_follow_the_instances(fake: InProcessSmi) -> None:
     fake.init("A100-SXM4-80GB", mig=True)
     fake("mig", "-cgi", "9:4", "-C")
     free = {r.name: (r.free, r.total) for r in parse_lgip(fake("mig", "-lgip")[0])}
@@ -123,7 +96,7 @@ def test_free_counts_follow_the_instances(fake: Fake) -> None:
     }
 
 
-def test_old_driver_lists_no_profiles_while_mig_is_off(fake: Fake) -> None:
+def test_old_driver_lists_no_profiles_while_mig_is_off(fake: InProcessSmi) -> None:
     fake.init("A30", driver_version="535.104.05")
     assert fake("mig", "-lgip") == ("No MIG-enabled devices found.\n", 6)
     assert fake("mig", "-lgi")[1] == 6
@@ -132,7 +105,7 @@ def test_old_driver_lists_no_profiles_while_mig_is_off(fake: Fake) -> None:
     assert fake("mig", "-lgip")[1] == 0
 
 
-def test_process_on_one_instance_blocks_only_that_instance(fake: Fake) -> None:
+def test_process_on_one_instance_blocks_only_that_instance(fake: InProcessSmi) -> None:
     fake.init("H100 80GB HBM3", mig=True)
     fake("mig", "-cgi", "9:0,9:4", "-C")
     fs.add_process(fake.path, 0, 77, gi=1)
@@ -145,7 +118,7 @@ def test_process_on_one_instance_blocks_only_that_instance(fake: Fake) -> None:
     assert (proc.pid, proc.used_memory_mib, proc.name) == (77, 1024, "python")
 
 
-def test_injected_failures_are_consumed(fake: Fake) -> None:
+def test_injected_failures_are_consumed(fake: InProcessSmi) -> None:
     fake.init("H100 80GB HBM3", mig=True)
     fs.inject(fake.path, "-cgi", "insufficient_resources", times=2)
     assert fake("mig", "-cgi", "0")[1] == 23
@@ -158,7 +131,7 @@ def test_injected_failures_are_consumed(fake: Fake) -> None:
         assert (out, rc) == ("Resetting GPU 00000000:07:00.0 is not supported.\n", 3)
 
 
-def test_injected_mode_failures_leave_the_mode_pending(fake: Fake) -> None:
+def test_injected_mode_failures_leave_the_mode_pending(fake: InProcessSmi) -> None:
     fake.init("H100 80GB HBM3")
     fs.inject(fake.path, "-mig", "pending_reboot")
     out, rc = fake("-i", "0", "-mig", "1")
@@ -166,7 +139,7 @@ def test_injected_mode_failures_leave_the_mode_pending(fake: Fake) -> None:
     assert (fake.gpu()["mig_current"], fake.gpu()["mig_pending"]) == (False, True)
 
 
-def test_hang_is_logged_then_the_call_proceeds(fake: Fake) -> None:
+def test_hang_is_logged_then_the_call_proceeds(fake: InProcessSmi) -> None:
     fake.init("H100 80GB HBM3", mig=True)
     fs.hang_at(fake.path, "-cgi", skip=1, seconds=0.3)
     started = time.monotonic()
@@ -180,7 +153,7 @@ def test_hang_is_logged_then_the_call_proceeds(fake: Fake) -> None:
     assert fs.load(fake.path)["hang"] == []
 
 
-def test_reboot_applies_pending_modes_and_drops_instances(fake: Fake) -> None:
+def test_reboot_applies_pending_modes_and_drops_instances(fake: InProcessSmi) -> None:
     fake.init("A100-SXM4-40GB", 2, mig=True)
     fake("mig", "-cgi", "0", "-C")
     fake("-i", "1", "-mig", "0")
@@ -191,7 +164,9 @@ def test_reboot_applies_pending_modes_and_drops_instances(fake: Fake) -> None:
     assert (g1["mig_current"], g1["mig_pending"]) == (False, False)
 
 
-def test_bad_arguments_and_missing_driver(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_arguments_and_missing_driver(
+    fake: InProcessSmi, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake.init("A30")
     assert fake("--bogus") == (fakesmi.USAGE + "\n", 2)
     assert fake("-i", "5", "-L")[1] == 6
@@ -200,7 +175,7 @@ def test_bad_arguments_and_missing_driver(fake: Fake, monkeypatch: pytest.Monkey
     assert fake("-L") == (fakesmi.NO_DRIVER + "\n", 9)
 
 
-def test_gpu_selection_by_bus_id_and_uuid(fake: Fake) -> None:
+def test_gpu_selection_by_bus_id_and_uuid(fake: InProcessSmi) -> None:
     fake.init("A30", 3)
     g2 = fake.gpu(2)
     for ident in (g2["bus_id"], g2["uuid"], "2"):

@@ -112,9 +112,18 @@ class RestartAction:
 
 @dataclass(frozen=True)
 class Deferred:
-    key: str
-    reason: str
+    """A restart that has to wait: the action, and when it is due."""
+
+    action: RestartAction
     until: datetime
+
+    @property
+    def key(self) -> str:
+        return self.action.key
+
+    @property
+    def reason(self) -> str:
+        return self.action.reason
 
 
 @dataclass(frozen=True)
@@ -233,7 +242,7 @@ class _Planner:
         if self.now >= due:
             self.actions.append(action)
             return True
-        self.deferred.append(Deferred(action.key, action.reason, due))
+        self.deferred.append(Deferred(action, due))
         return False
 
     def workload(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.core.nodes.test_planner_scenarios import (
+from tests.kit.nodekit import (
     HAMI,
     annotations_of,
     converge,

@@ -1,21 +1,21 @@
-"""The issue's scenarios at the pure level: plan, apply the PATCH as the apiserver would, plan
-again. Each test names the scenario of the must-show list it covers."""
+"""The node planner's scenarios at the pure level: plan, apply the PATCH as the apiserver would,
+plan again; each pass converges in one write."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from tests.kit.nodekit import (
     DEFAULT_TAINT,
+    HAMI,
     annotations_of,
+    converge,
     labels_of,
     node,
     parsed,
     policy,
-    reconcile,
     taints_of,
 )
 from vgpu_operator import contract
@@ -24,19 +24,7 @@ from vgpu_operator.core.nodes.planner import plan_cluster, plan_one
 from vgpu_operator.models.node import NodeConfig, Owned
 
 USER_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
-HAMI = {"mode": "hami-core", "nodeSelector": {"matchLabels": {"pool": "a"}}}
 OPERATOR_LABELS = {contract.LABEL_POLICY, contract.LABEL_MODE, "volcano.sh/vgpu.enabled"}
-
-
-def converge(
-    nodes: list[dict[str, Any]], policies: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], Any]:
-    """Reconcile once, then check a second pass writes nothing (one write per node)."""
-    nodes, plan = reconcile(nodes, policies)
-    again, second = reconcile(nodes, policies)
-    assert second.patches == {}, f"not converged in one write: {second.patches}"
-    assert again == nodes
-    return nodes, plan
 
 
 def test_create_policy_labels_and_taints_the_matching_nodes() -> None:

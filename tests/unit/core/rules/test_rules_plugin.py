@@ -158,8 +158,7 @@ def shipped(ds: dict[str, Any]) -> None:
 
 
 def test_the_shipped_plugin_gets_the_exact_placement_patch() -> None:
-    # c5c2959: one error per node ("add a toleration ... to the DaemonSet"), no patch, not
-    # fixable by the operator
+    # one patch the operator can apply, not one error per node
     snap = edit(healthy(), "daemonsets", "volcano-device-plugin", shipped)
     got = findings(snap, "plugin-placement")
     patch = (
@@ -186,7 +185,7 @@ def test_the_shipped_plugin_gets_the_exact_placement_patch() -> None:
 
 
 def test_a_plugin_on_a_static_mig_node_is_an_error() -> None:
-    # c5c2959: static MIG nodes count as vGPU nodes; a plugin reaching them is not reported
+    # static MIG nodes are not vGPU nodes: a plugin reaching them is reported
     static = NodeConfig(
         mode="mig",
         policy="h100-static",

@@ -71,7 +71,7 @@ def test_a_quoted_true_is_off_up_to_v1_14_and_on_from_v1_15() -> None:
         "deviceshare.VGPUEnable is 'true', a string: Volcano v1.14.4 reads only YAML booleans "
         f"(strings are parsed from v1.15.0) and ignores it, so vGPU stays off: {UAE_TAIL}"
     ]
-    # c5c2959 reported the same error on v1.15.x, where strconv.ParseBool reads it as true
+    # no error on v1.15.x, where strconv.ParseBool reads it as true
     assert findings(on_scheduler("v1.15.0", conf), "scheduler-vgpu-enabled") == []
     assert findings(on_scheduler("v1.15.1", conf), "scheduler-vgpu-enabled") == []
     unknown = on_scheduler("latest", conf)
@@ -86,7 +86,7 @@ def test_a_quoted_true_is_off_up_to_v1_14_and_on_from_v1_15() -> None:
 
 def test_a_quoted_gpu_sharing_switch_is_fatal_from_v1_15() -> None:
     conf = quoted(text("seed000_scheduler.conf"), "deviceshare.GPUSharingEnable", "true")
-    # c5c2959: no finding; Volcano v1.15 parses "true" and exits (klog.Fatal)
+    # Volcano v1.15 parses "true" and exits (klog.Fatal)
     [got] = findings(on_scheduler("v1.15.1", conf), "scheduler-fatal-combination")
     assert got.message.startswith(
         "deviceshare enables VGPUEnable and GPUSharingEnable together: vc-scheduler exits"

@@ -182,7 +182,7 @@ def test_a_mig_model_the_scheduler_cannot_match() -> None:
                     kind="ConfigMap", name="volcano-vgpu-device-config", namespace="kube-system"
                 ),
             ),
-            # the GPU named once (c5c2959: 'NVIDIA-NVIDIA A100-SXM4-40GB')
+            # the GPU named once (not 'NVIDIA-NVIDIA A100-SXM4-40GB')
             message="no knownMigGeometries model in kube-system/volcano-vgpu-device-config "
             "matches the NVIDIA A100-SXM4-40GB GPUs of gpu-b: the scheduler treats the node as "
             "hami-core ('mig type not found', vvdp #102) while its plugin runs MIG",

@@ -125,8 +125,8 @@ B200_PROFILES = (
 
 
 def test_an_inventory_never_changes_what_the_catalog_says() -> None:
-    # c5c2959: the first inventory for a catalog model set its memory values (one forged
-    # annotation put 1g.10gb = 999,999 MiB into the cluster-wide list)
+    # were the first inventory for a catalog model to set its memory values, one forged
+    # annotation could put 1g.10gb = 999,999 MiB into the cluster-wide list
     forged = ReportedGpuModel(
         "NVIDIA H100 80GB HBM3",
         (ReportedProfile("1g.10gb", 999_999, 7), ReportedProfile("2g.20gb", 20096, 3)),
@@ -255,3 +255,31 @@ def test_building_only_appends_and_covers_all_it_can(
     # building again from the result changes nothing (stable)
     again = build_known_geometries(plan.entries, required, list(BUILTIN_GEOMETRIES))
     assert not again.changed
+
+
+def test_synthesized_geometries_keep_one_profile_per_memory_size() -> None:
+    # one group per profile would put 2g.20gb behind 1g.20gb and 4g.40gb behind 3g.40gb, where
+    # the scheduler's first fit never chooses them
+    reported = ReportedGpuModel(
+        "NVIDIA H100 X",
+        (
+            ReportedProfile("1g.10gb", 9984, 7),
+            ReportedProfile("1g.20gb", 20091, 4),
+            ReportedProfile("2g.20gb", 20091, 3),
+            ReportedProfile("3g.40gb", 40448, 2),
+            ReportedProfile("4g.40gb", 40448, 1),
+            ReportedProfile("7g.80gb", 81152, 1),
+            ReportedProfile("1g.10gb+me", 9984, 1),
+        ),
+    )
+    plan = build_known_geometries([], ["NVIDIA H100 X"], [], [reported])
+    [entry] = plan.appended
+    groups = [[(t.name, t.memory, t.count) for t in g.geometries] for g in entry.allowed_geometries]
+    assert groups == [
+        [("1g.10gb", 9984, 7)],
+        [("2g.20gb", 20091, 3)],
+        [("4g.40gb", 40448, 1)],
+        [("7g.80gb", 81152, 1)],
+    ]
+    memories = [g.geometries[0].memory for g in entry.allowed_geometries]
+    assert len(set(memories)) == len(memories)  # first fit can reach every group

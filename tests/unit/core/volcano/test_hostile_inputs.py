@@ -21,7 +21,6 @@ from tests.kit.nodekit import EVERY_NODE, policy
 from tests.kit.volcano_fixtures import healthy
 from vgpu_devcluster.nodes import NodeSpec, gpu_node_manifest
 from vgpu_operator import contract
-from vgpu_operator.controller.volcano_writes import released_configs
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.ownership import invalid_writes
 from vgpu_operator.core.nodes.planner import plan_cluster
@@ -39,6 +38,7 @@ from vgpu_operator.core.volcano.render import (
 from vgpu_operator.core.volcano.render.common import RoundTrip
 from vgpu_operator.core.volcano.restarts import restart_inputs
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.writes import released_configs
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import (
     PayloadError,

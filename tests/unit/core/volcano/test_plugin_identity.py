@@ -5,12 +5,15 @@ plugin under the same name, NVIDIA's) is left alone: no args, no placement, no r
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.kit.volcano_fixtures import edit, findings, healthy
-from vgpu_operator.core.volcano import writes as config_writes
-from vgpu_operator.core.volcano.restarts import restart_inputs
+from vgpu_operator.core.volcano.restarts import RestartSettings, restart_inputs
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.writes import workload_patches
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 LEGACY = "volcanosh/volcano-device-plugin:v1.10.0"
 
@@ -36,7 +39,7 @@ def unplaced(image: str | None = None) -> ClusterSnapshot:
 def test_hamis_plugin_is_placed_and_not_reported() -> None:
     s = unplaced()
     assert not findings(s, "plugin-not-hami")
-    _, patches = config_writes.daemonsets(s)
+    _, patches = workload_patches(s, [], {}, RestartSettings(), T0)
     assert [(w.kind, w.name) for w in patches] == [("DaemonSet", "volcano-device-plugin")]
     assert restart_inputs(s).plugin is not None
 
@@ -48,7 +51,7 @@ def test_another_plugin_is_left_alone_and_reported() -> None:
     assert LEGACY in f.message and "devicePlugin" in f.message
     assert "devicePlugin.namespace/devicePlugin.name" in f.fix
     assert "projecthami/volcano-vgpu-device-plugin" in f.fix
-    _, patches = config_writes.daemonsets(s)
+    _, patches = workload_patches(s, [], {}, RestartSettings(), T0)
     assert patches == []  # neither args nor placement
     assert restart_inputs(s).plugin is None  # nor restarted for HAMi's ConfigMaps
     # the placement rule does not ask for a nodeSelector on it either
