@@ -93,13 +93,20 @@ class AgentProcess:
     host_pid: bool = True
     # `--metrics-port` (the chart's monitoring.agent): 0 serves no metrics
     metrics_port: int = 0
+    # `--pod-resources-socket` (the chart's agent.podResourcesDir): the kubelet's PodResources
+    # socket the agent asks before it destroys or resets anything. A simulated node has no
+    # kubelet: "" asks none (compute processes only), or a test's PodResources double's socket.
+    pod_resources_socket: str = ""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def argv(self) -> list[str]:
         args = [sys.executable, "-m", "vgpu_operator.commands.cli", "agent", "--node", self.node]
         args += ["--kubeconfig", str(self.kubeconfig), "--nvidia-smi", str(self.gpus.binary)]
         args += [f"--resync={self.resync:g}", f"--retry={self.retry:g}"]
-        args += [f"--timeout={self.timeout:g}"]
+        args += [
+            f"--timeout={self.timeout:g}",
+            f"--pod-resources-socket={self.pod_resources_socket}",
+        ]
         if self.metrics_port:
             args.append(f"--metrics-port={self.metrics_port}")
         return [*args, "--once"] if self.once else args

@@ -29,14 +29,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_devcluster import binaries, certs
+from vgpu_devcluster import binaries, certs, kubeconfigs
 from vgpu_devcluster.kubeconfigs import write_kubeconfig as write_kubeconfig
 
-AUDIT_POLICY = """\
+# The writes of an identity in this group are logged with their bodies (level Request). No
+# component's identity carries it, so every other write stays at Metadata: a test opts in for
+# one client of its own (`LocalCluster.request_audited_kubeconfig`).
+AUDIT_REQUEST_GROUP = "vgpu-devcluster:audit-request-bodies"
+
+AUDIT_POLICY = f"""\
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+- level: Request
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  userGroups: ["{AUDIT_REQUEST_GROUP}"]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: Metadata
@@ -153,6 +161,22 @@ class LocalCluster:
         """Another client certificate from the client CA (user = CN, groups = O)."""
         ca = certs.CertKey(self.client_ca, self.client_ca.with_suffix(".key"))
         return certs.issue_client_cert(ca, self.workdir / "pki", name, user, groups)
+
+    def request_audited_kubeconfig(
+        self, name: str, user: str, groups: tuple[str, ...] = ()
+    ) -> Path:
+        """A kubeconfig (`kubeconfig-<name>`) for `user` in `groups` whose writes the audit log
+        records with their request bodies: a client certificate that also carries
+        AUDIT_REQUEST_GROUP. RBAC and admission policies match a ServiceAccount by its user
+        name, so with a ServiceAccount's name and groups this is that identity, bodies logged."""
+        cert = self.issue_client_cert(name, user, (*groups, AUDIT_REQUEST_GROUP))
+        content = kubeconfigs.config(
+            kubeconfigs.cluster_entry(self.server, self.ca_file),
+            kubeconfigs.cert_files_user(cert.cert, cert.key),
+            name=name,
+            context=name,
+        )
+        return kubeconfigs.write(self.workdir / f"kubeconfig-{name}", content)
 
     # -- lifecycle --------------------------------------------------------------------------
     @classmethod

@@ -202,6 +202,7 @@ def query_gpu(gpus: list[GpuState], fields: str, fmt: str) -> Result:
 
 
 NOT_FOUND_NAME = "[Not Found]"
+NO_PROCESSES = "No running processes found"
 
 
 def visible_name(state: NodeState, proc: dict[str, object]) -> str | None:
@@ -232,6 +233,8 @@ def query_apps(state: NodeState, gpus: list[GpuState], fields: str, fmt: str) ->
                 "used_memory": f"{p['used_memory_mib']}" + ("" if "nounits" in fmt else " MiB"),
             }
             rows.append(", ".join(values.get(f, "[N/A]") for f in fields.split(",")))
+    if not rows and state.get("no_processes_message"):
+        rows.append(NO_PROCESSES)  # a line of its own (fakesmi_state: `no_processes_message`)
     if "noheader" not in fmt:
         rows.insert(0, ", ".join(header.get(f, f) for f in fields.split(",")))
     return Result("\n".join(rows))

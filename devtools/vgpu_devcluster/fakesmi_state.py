@@ -11,6 +11,11 @@ Knobs in the file (helpers below set them):
   than the caller's (the caller's is `FAKE_NVIDIA_SMI_PID_NAMESPACE`, unset = the host's, which
   sees every process): `hidden` (not listed) or `not_found` (listed by host PID, named
   `[Not Found]`). Both are reported from containers without the host PID namespace;
+- `no_processes_message: true`: `--query-compute-apps` prints `No running processes found` (a
+  line of its own) when it lists no process, as the Processes table does
+  (NVIDIA/nvidia-docker#1460) and as some drivers do in the CSV form; unset, nothing (current
+  drivers). A process may itself be named like that message (`HOSTILE_PROCESS_NAMES`): it is
+  listed as a row like any other;
 - `gpus[i].reset_supported: false`: GPU reset not supported (passthrough, MIG user guide;
   NVIDIA/mig-parted#9);
 - `gpus[i].reset_blocked_by`: a non-compute client holding the GPU (e.g. nvidia-persistenced):
@@ -122,6 +127,16 @@ class NodeState(TypedDict):
     inject: list[Inject]
     hang: list[Hang]
     foreign_processes: NotRequired[Literal["hidden", "not_found"]]
+    no_processes_message: NotRequired[bool]
+
+
+# Process names a parser that looks for the empty-list message anywhere in the listing mistakes
+# for "no process" (any program can be named so: `exec -a`, a renamed binary, a pod's command).
+HOSTILE_PROCESS_NAMES = (
+    "No running processes found",
+    "/opt/app/No running processes found --serve",
+    "x\nNo running processes found",
+)
 
 
 def bus_id(i: int) -> str:

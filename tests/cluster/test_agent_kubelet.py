@@ -50,7 +50,7 @@ async def test_an_idle_instance_held_by_a_pod_blocks_until_the_pod_is_gone(
 
     await release(api, node.name, SEVEN)
     await wait_state(api, node.name, "blocked", agent)
-    event = await wait_event(api, node.name, "GpuInUse")
+    event = await wait_event(api, node.name, "GPUInUse")
     assert "pod ml/train-0" in event["message"] and held in event["message"]
     assert node.gpus.load()["gpus"][0]["gis"] == gis and node.effects("destroyed_gi") == []
 

@@ -15,6 +15,10 @@ mode
 - Before a reset and when the driver refuses a destroy as "in use", running compute processes are
   looked up again: the GPU is `blocked` with them, nothing is destroyed (the plan already blocks
   GPUs that had processes when it was made).
+- An allocated but idle device has no process: before a GPU's steps destroy an instance, change
+  its MIG mode or reset it, the `guard` (agent.kubelet, the kubelet's PodResources) is asked
+  which pods hold it. Held: `blocked`, naming the pods; the kubelet cannot tell: `failed`
+  (`kubelet allocations unreadable`); nothing is touched either way.
 - Success is reported only from a read-back that matches (core.mig.verify), never from a write.
 - A timeout stops the run: a hung nvidia-smi would only hang again. A call that cannot even be
   ended (agent.smi) marks its GPU unhealthy in the inventory, with the reason `GPU unhealthy`.
@@ -26,11 +30,11 @@ No Kubernetes here: the agent's loop (a thin shell) reads the released configura
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from enum import StrEnum
-from typing import Literal
+from dataclasses import replace
 
+from vgpu_operator.agent.kubelet import PodResourcesGuard, Refused
 from vgpu_operator.agent.observe import observe, processes_on, read_back
+from vgpu_operator.agent.outcome import GpuOutcome, Outcome, Reason, State
 from vgpu_operator.agent.parse import SmiErrorKind
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
 from vgpu_operator.core.mig.partition import GpuPlan, LayoutError, Step, StepKind, plan_node
@@ -40,58 +44,6 @@ from vgpu_operator.models.inventory import GpuInfo, Inventory, ProcessInfo
 from vgpu_operator.models.node import NodeConfig
 
 __all__ = ["GpuOutcome", "Outcome", "Reason", "observe", "reconcile_gpus"]
-
-
-class Reason(StrEnum):
-    APPLIED = "applied"
-    UNCHANGED = "already applied"
-    NO_CONFIG = "no configuration"
-    INVALID = "invalid configuration"
-    NOT_MIG_CAPABLE = "not MIG-capable"
-    IN_USE = "GPU in use"
-    REBOOT_REQUIRED = "reboot required"
-    RESET_REFUSED = "reset refused"
-    HELD = "held by another client"
-    INSUFFICIENT = "insufficient resources"
-    TIMEOUT = "timeout"
-    UNHEALTHY = "GPU unhealthy"
-    MIG_MANAGER = "another MIG manager"
-    VERIFY = "verification failed"
-    SMI = "nvidia-smi error"
-    OBSERVE = "cannot read the GPUs"
-    INTERNAL = "internal error"
-
-
-State = Literal["success", "failed", "blocked"]
-
-
-@dataclass(frozen=True)
-class GpuOutcome:
-    index: int
-    state: State
-    reason: Reason
-    message: str = ""
-    steps_done: int = 0
-    processes: tuple[ProcessInfo, ...] = ()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    state: State
-    reason: Reason
-    message: str
-    gpus: tuple[GpuOutcome, ...] = ()
-    inventory: Inventory | None = None  # the hardware at the end (None: could not be read)
-    steps_done: int = 0
-
-    @property
-    def event_reason(self) -> str:
-        """CamelCase for a Kubernetes Event: `reboot required` -> `RebootRequired`."""
-        return "".join(w[:1].upper() + w[1:] for w in self.reason.replace("-", " ").split())
-
-    @property
-    def processes(self) -> tuple[tuple[int, ProcessInfo], ...]:
-        return tuple((g.index, p) for g in self.gpus for p in g.processes)
 
 
 class _Stop(Exception):
@@ -126,14 +78,16 @@ async def reconcile_gpus(
     previous: NodeConfig | None,
     *,
     on_step: Callable[[Step], None] | None = None,
+    guard: PodResourcesGuard | None = None,
 ) -> Outcome:
     """Make the node's GPUs match `desired`; `previous` is the configuration last applied
     successfully (core.mig.partition: it decides whether a dynamic configuration is a switch).
+    `guard`: asked before a GPU's destroying or resetting steps (None: processes only).
 
     Always returns a terminal Outcome; only cancellation propagates (it kills the running
     nvidia-smi first, agent.smi)."""
     try:
-        return await _reconcile(driver, desired, previous, on_step)
+        return await _reconcile(driver, desired, previous, on_step, guard)
     except Exception as e:  # the contract is a terminal state on every path
         return Outcome("failed", Reason.INTERNAL, f"{type(e).__name__}: {e}")
 
@@ -143,6 +97,7 @@ async def _reconcile(
     desired: NodeConfig | None,
     previous: NodeConfig | None,
     on_step: Callable[[Step], None] | None,
+    guard: PodResourcesGuard | None = None,
 ) -> Outcome:
     try:
         inv = await observe(driver)
@@ -161,7 +116,7 @@ async def _reconcile(
         for gp in plan.gpus:
             if gp.index not in todo:
                 continue
-            result, back = await _apply_gpu(driver, final[gp.index], gp, on_step)
+            result, back = await _apply_gpu(driver, final[gp.index], gp, on_step, guard)
             if gp.index in results:  # the second phase of this GPU: count both phases' steps
                 steps = results[gp.index].steps_done + result.steps_done
                 result = replace(result, steps_done=steps)
@@ -263,7 +218,11 @@ def _blocked_message(index: int, procs: tuple[ProcessInfo, ...] | list[ProcessIn
 
 
 async def _apply_gpu(
-    driver: NvidiaSmi, gpu: GpuInfo, gp: GpuPlan, on_step: Callable[[Step], None] | None
+    driver: NvidiaSmi,
+    gpu: GpuInfo,
+    gp: GpuPlan,
+    on_step: Callable[[Step], None] | None,
+    guard: PodResourcesGuard | None = None,
 ) -> tuple[GpuOutcome, GpuInfo | None]:
     """Run one GPU's steps, read the GPU back and verify it: (outcome, what was read back)."""
     i = gp.index
@@ -276,6 +235,8 @@ async def _apply_gpu(
         return GpuOutcome(i, "success", Reason.UNCHANGED), None
     done = 0
     try:
+        if guard is not None:
+            await guard.check(driver, gpu, gp.steps)
         for step in gp.steps:
             if on_step is not None:
                 on_step(step)
@@ -283,6 +244,9 @@ async def _apply_gpu(
             done += 1
     except _Stop as s:
         outcome = GpuOutcome(i, s.state, s.reason, s.message, done, s.procs)
+    except Refused as r:
+        reason = Reason.IN_USE if r.blocked else Reason.KUBELET
+        outcome = GpuOutcome(i, "blocked" if r.blocked else "failed", reason, r.message, done)
     except SmiError as e:
         outcome = GpuOutcome(i, "failed", _reason(e), f"GPU {i}: {e}", done)
     else:

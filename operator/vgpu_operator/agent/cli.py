@@ -3,11 +3,15 @@
     vgpu-operator agent [--node N] [--kubeconfig F] [--context C] [--nvidia-smi PATH]
                         [--timeout S] [--resync S] [--retry S] [--liveness URL] [--once]
                         [--metrics-port P] [--log-format text|json]
+                        [--pod-resources-socket PATH] [--pod-resources-timeout S]
 
 `--node` defaults to $NODE_NAME (the downward API in the DaemonSet), `--nvidia-smi` to
 $VGPU_NVIDIA_SMI or `nvidia-smi` on PATH, credentials to the kubeconfig, $KUBECONFIG or the
 in-cluster ServiceAccount. `--metrics-port` serves Prometheus metrics (agent.metrics) on
-all addresses. `--once` acts once, reports, and exits 0 on `success` (1 otherwise).
+all addresses. Before anything is destroyed or reset, the kubelet's PodResources API on
+`--pod-resources-socket` (default /var/lib/kubelet/pod-resources/kubelet.sock; empty: not
+asked, compute processes only) says which pods hold the GPU (agent.kubelet). `--once` acts
+once, reports, and exits 0 on `success` (1 otherwise).
 SIGTERM/SIGINT: finish the action under way, then exit 0; a second signal cancels it.
 """
 
@@ -21,6 +25,8 @@ import signal
 import sys
 from typing import Any
 
+from vgpu_operator.agent.podresources_wire import DEFAULT_SOCKET
+from vgpu_operator.agent.podresources_wire import DEFAULT_TIMEOUT as DEFAULT_PR_TIMEOUT
 from vgpu_operator.agent.smi import DEFAULT_BINARY, DEFAULT_TIMEOUT, ENV_BINARY
 
 ENV_NODE = "NODE_NAME"
@@ -64,6 +70,21 @@ def add_subcommand(sub: Any) -> None:
         default=0,
         help="serve Prometheus metrics (nvidia-smi calls, MIG applies) on this port; 0: none",
     )
+    agent.add_argument(
+        "--pod-resources-socket",
+        dest="pod_resources_socket",
+        default=DEFAULT_SOCKET,
+        help="the kubelet's PodResources socket, asked which pods hold a GPU before anything "
+        f"is destroyed or reset (default {DEFAULT_SOCKET}; empty: not asked, compute "
+        "processes only)",
+    )
+    agent.add_argument(
+        "--pod-resources-timeout",
+        dest="pod_resources_timeout",
+        type=float,
+        default=DEFAULT_PR_TIMEOUT,
+        help="seconds for the kubelet's PodResources List",
+    )
     agent.add_argument("--once", action="store_true", help="act once, report and exit")
     agent.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     agent.add_argument(
@@ -92,6 +113,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 async def run_agent(args: argparse.Namespace) -> int:
     from vgpu_operator import health
+    from vgpu_operator.agent.kubelet import PodResourcesGuard
     from vgpu_operator.agent.loop import Agent, AgentOptions
     from vgpu_operator.agent.nodeapi import KubeNodeApi
     from vgpu_operator.agent.smi import NvidiaSmi
@@ -99,7 +121,10 @@ async def run_agent(args: argparse.Namespace) -> int:
     from vgpu_operator.kubeapi.credentials import resolve
 
     credentials = resolve(args.kubeconfig, args.context)
-    options = AgentOptions(resync=args.resync, retry=args.retry)
+    guard = None
+    if args.pod_resources_socket:
+        guard = PodResourcesGuard(args.pod_resources_socket, args.pod_resources_timeout)
+    options = AgentOptions(resync=args.resync, retry=args.retry, guard=guard)
     driver = NvidiaSmi(args.nvidia_smi, timeout=args.timeout)
     api = await credentials.client(
         pool_size=4,

@@ -31,6 +31,7 @@ from vgpu_operator import kubeapi
 from vgpu_operator.agent import decide, metrics
 from vgpu_operator.agent.apply import Outcome, Reason, observe, reconcile_gpus
 from vgpu_operator.agent.decide import Memory, NodeView, Released, Trigger, node_view
+from vgpu_operator.agent.kubelet import PodResourcesGuard
 from vgpu_operator.agent.nodeapi import NodeApi
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
 from vgpu_operator.core.mig.partition import plan_node
@@ -48,6 +49,8 @@ class AgentOptions:
     resync: float = 300.0  # seconds between unprompted actions (re-apply after a reboot)
     retry: float = 30.0  # seconds until a failed or blocked node is tried again
     max_backoff: float = 30.0  # cap of the back-off after API errors
+    # asked before anything is destroyed or reset (agent.kubelet); None: processes only
+    guard: PodResourcesGuard | None = None
 
 
 class Agent:
@@ -185,7 +188,7 @@ class Agent:
         patch = decide.applying_patch(view)  # None when a killed agent left `applying`
         if patch is not None and await self._changes_hardware(rel.config, previous):
             await self._patch(patch)
-        return await reconcile_gpus(self.driver, rel.config, previous)
+        return await reconcile_gpus(self.driver, rel.config, previous, guard=self.options.guard)
 
     async def _changes_hardware(
         self, desired: NodeConfig | None, previous: NodeConfig | None

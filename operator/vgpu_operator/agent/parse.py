@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 QUERY_GPU_FIELDS = (
@@ -138,23 +138,59 @@ class ProcRow:
     name: str
 
 
+# What nvidia-smi prints instead of rows when no compute process runs: a line of its own, the
+# only one after the header. Current drivers print nothing at all for `--query-compute-apps`
+# (devtools fakesmi.query_apps does the same); the message is the Processes table's own row
+# (`|  No running processes found  |`, quoted in NVIDIA/nvidia-docker#1460) and some drivers print
+# it in the CSV form too. Anywhere else (a process named like it, or with it after a newline) it
+# is no such thing.
+NO_PROCESSES = "No running processes found"
+
+
+class ProcessListError(ValueError):
+    """A `--query-compute-apps` line that is neither a row, the header nor the empty message."""
+
+
 def parse_compute_apps(text: str) -> list[ProcRow]:
     """`--query-compute-apps=gpu_bus_id,gpu_uuid,pid,used_memory,process_name
     --format=csv,noheader,nounits` (field order ours; the CSV format of the MIG user guide's
-    `--query-gpu`)."""
-    if "No running processes found" in text:
+    `--query-gpu`; devtools fakesmi.query_apps prints the same), line by line: one process per
+    line, the name last (it may hold `, `).
+
+    The empty-list message counts only as a whole line, the only one besides the header. A line
+    after a row that is no row itself continues that row's process name (nvidia-smi prints names
+    as they are, newlines included); any other line that is no row raises ProcessListError: a
+    listing the agent cannot read must not read as "no process"."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    fields: Sequence[str] = COMPUTE_APPS_FIELDS
+    if lines and lines[0].lstrip().startswith("gpu_bus_id"):
+        fields = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in lines[0].split(",")]
+        lines = lines[1:]
+    if len(lines) == 1 and lines[0].strip() == NO_PROCESSES:
         return []
-    has_header = text.lstrip().startswith("gpu_bus_id")
-    rows = parse_csv(text, None if has_header else COMPUTE_APPS_FIELDS)
-    out = []
-    for r in rows:
-        pid = r.get("pid", "")
-        if pid.isdigit():
-            used = r.get("used_memory", r.get("used_gpu_memory", ""))
-            out.append(
-                ProcRow(r["gpu_bus_id"], r["gpu_uuid"], int(pid), mib(used), r["process_name"])
-            )
+    out: list[ProcRow] = []
+    for line in lines:
+        row = _proc_row(line, fields)
+        if row is not None:
+            out.append(row)
+        elif out:
+            last = out[-1]
+            out[-1] = replace(last, name=f"{last.name}\n{line.strip()}")
+        else:
+            raise ProcessListError(f"not a compute process row: {line!r}")
     return out
+
+
+def _proc_row(line: str, fields: Sequence[str]) -> ProcRow | None:
+    values = [v.strip() for v in line.split(", ", len(fields) - 1)]
+    if len(values) != len(fields):
+        return None
+    r = dict(zip(fields, values, strict=True))
+    pid = r.get("pid", "")
+    if not pid.isascii() or not pid.isdigit() or not r.get("gpu_bus_id") or not r.get("gpu_uuid"):
+        return None
+    used = r.get("used_memory", r.get("used_gpu_memory", ""))
+    return ProcRow(r["gpu_bus_id"], r["gpu_uuid"], int(pid), mib(used), r.get("process_name", ""))
 
 
 # --- MIG tables (`-lgip`, `-lgipp`, `-lgi`, `-lci`, as in the MIG user guide) -------------------

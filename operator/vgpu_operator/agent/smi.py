@@ -37,6 +37,7 @@ from vgpu_operator.agent.parse import (
     GiRow,
     GpuRow,
     PlacementRow,
+    ProcessListError,
     ProcRow,
     ProfileRow,
     SmiErrorKind,
@@ -52,10 +53,12 @@ from vgpu_operator.agent.parse import (
 from vgpu_operator.agent.parse_actions import (
     CreatedGi,
     Destroyed,
+    ListedGpu,
     ModeChange,
     ResetResult,
     parse_created,
     parse_destroyed,
+    parse_list,
     parse_mode_change,
     parse_reset,
 )
@@ -228,7 +231,15 @@ class NvidiaSmi:
     async def compute_apps(self) -> list[ProcRow]:
         fields = ",".join(COMPUTE_APPS_FIELDS)
         res = await self.run(f"--query-compute-apps={fields}", "--format=csv,noheader,nounits")
-        return parse_compute_apps(res.stdout)
+        try:
+            return parse_compute_apps(res.stdout)
+        except ProcessListError as e:  # unreadable is not empty: the caller changes nothing
+            raise SmiError(SmiErrorKind.OTHER, res.argv, res.rc, f"{res.output}\n{e}") from e
+
+    async def list_devices(self) -> list[ListedGpu]:
+        """`-L`: the GPUs and their MIG devices with their UUIDs (what device plugins register;
+        agent.allocations maps the kubelet's device IDs through it)."""
+        return parse_list((await self.run("-L")).stdout)
 
     async def _listing(self, *args: str) -> SmiResult | None:
         """A listing call; None when nvidia-smi says there is nothing to list."""

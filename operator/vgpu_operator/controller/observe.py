@@ -92,15 +92,19 @@ class Observer:
             log.info("observe: %d more changes, reported on the next passes", len(later))
         for w in new[:MAX_EVENTS]:
             level = logging.WARNING if w in look_first else logging.INFO
-            log.log(level, "observe: enforce would %s %s", w.verb, w.line())
+            log.log(level, "observe: enforce would %s %s", w.verb, w.line() + _due(w))
             key = (w.kind, w.namespace, w.name)
             uid = self.node_uid(w.name) if w.kind == "Node" else self._uids.get(key, "")
             ref = kubeapi.object_ref(w.kind, w.name, namespace=w.namespace or None, uid=uid)
             if uid or w.kind == "Node":  # (an object enforce would create has none yet)
-                self.post_event(ref, "Normal", w.reason, f"observe mode: enforce would {w.what}")
+                self.post_event(ref, "Normal", w.reason, f"observe mode: enforce would {w.message}")
         # forget what no longer would happen (of this side), so it is posted if it comes back
         keep = {w for w in self._posted if (w.kind == "Node") != (kind == "Node")}
         self._posted = keep | current
+
+
+def _due(w: WouldDo) -> str:
+    return f" (due {w.due:%Y-%m-%dT%H:%M:%SZ})" if w.due is not None else ""
 
 
 def _uids(s: ClusterSnapshot) -> dict[tuple[str, str, str], str]:

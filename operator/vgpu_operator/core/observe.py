@@ -11,7 +11,7 @@ object and change, logs it, and puts the summary in each policy's `Observed` con
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,10 +36,19 @@ class WouldDo:
     verb: str
     what: str
     policy: str | None = None  # the node's policy (None: cluster-wide)
+    # When a deferred write or restart falls due. Not part of what is compared: in observe mode
+    # the writes before it never happen, so every pass plans it anew from its own `now`, and the
+    # same restart would otherwise read as a new one pass after pass.
+    due: datetime | None = field(default=None, compare=False)
 
     @property
     def reason(self) -> str:
         return {"write": "WouldWrite", "restart": "WouldRestart"}.get(self.verb, "WouldBlock")
+
+    @property
+    def message(self) -> str:
+        """`what`, with the due time of what waits."""
+        return self.what if self.due is None else f"{self.what} (due {self.due:%Y-%m-%dT%H:%M:%SZ})"
 
     def line(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
@@ -97,10 +106,6 @@ def node_would_do(cluster: ClusterPlan, nodes: Mapping[str, NodeFacts]) -> list[
     return out
 
 
-def _due(due: datetime | None) -> str:
-    return f" (due {due:%Y-%m-%dT%H:%M:%SZ})" if due is not None else ""
-
-
 def configuration_would_do(plan: Plan) -> list[WouldDo]:
     """The Volcano/HAMi side of a plan computed as enforce: its write plan's ConfigMap writes
     (only those whose content differs), DaemonSet patches and restarts, each with when it falls
@@ -117,16 +122,15 @@ def configuration_would_do(plan: Plan) -> list[WouldDo]:
         what = f"{verb}, {lines} changed lines{entries}"
         out.append(WouldDo("ConfigMap", cm.namespace, cm.name, "write", what))
     for w in plan.workloads:
-        what = f"patch{_due(w.due)} ({'; '.join(w.what)}), which restarts its pods"
-        out.append(WouldDo(w.kind, w.namespace, w.name, "write", what))
+        what = f"patch ({'; '.join(w.what)}), which restarts its pods"
+        out.append(WouldDo(w.kind, w.namespace, w.name, "write", what, due=w.due))
     for r in plan.restarts:
         if r.action.node is not None:  # one plugin pod: said on its Node
-            what = f"restart its device plugin pod {r.name}{_due(r.due)}: {r.reason}"
-            out.append(WouldDo("Node", "", r.action.node, "restart", what))
+            what = f"restart its device plugin pod {r.name}: {r.reason}"
+            out.append(WouldDo("Node", "", r.action.node, "restart", what, due=r.due))
             continue
-        out.append(
-            WouldDo(r.kind, r.namespace, r.name, "restart", f"restart{_due(r.due)}: {r.reason}")
-        )
+        what = f"restart: {r.reason}"
+        out.append(WouldDo(r.kind, r.namespace, r.name, "restart", what, due=r.due))
     return out
 
 

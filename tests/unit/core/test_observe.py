@@ -142,12 +142,23 @@ def test_a_deferred_restart_names_its_object_and_its_due_time() -> None:
         ("Node", "", "gpu-3", "restart"),
         ("Deployment", "volcano-system", "other-scheduler", "restart"),
     ]
-    assert cfg[0].what == (
-        "restart (due 2026-11-23T11:55:07Z): 1 pod(s) started before what the scheduler reads "
-        "once changed at 2026-11-23T11:55:01Z"
+    assert cfg[0].message == (
+        "restart: 1 pod(s) started before what the scheduler reads once changed at "
+        "2026-11-23T11:55:01Z (due 2026-11-23T11:55:07Z)"
     )
-    assert cfg[1].what == (
-        "restart its device plugin pod volcano-device-plugin-x2 (due 2026-11-23T11:55:09Z): "
-        + reason
+    assert cfg[1].message == (
+        f"restart its device plugin pod volcano-device-plugin-x2: {reason} "
+        "(due 2026-11-23T11:55:09Z)"
     )
+    assert cfg[2].message == cfg[2].what  # due now: no due time
     assert cfg[2].what.startswith("restart: 1 pod(s) started before")
+
+
+def test_the_same_deferred_restart_planned_again_later_is_the_same_report() -> None:
+    # observe writes nothing, so each pass plans the writes before a restart from its own now,
+    # and the restart's due time moves with it: it is still the one restart (posted once)
+    action = RestartAction("rollout-deployment", "volcano-system", "s", "deployment/x", "why")
+    t = datetime(2026, 11, 23, 11, 55, 7, tzinfo=UTC)
+    [first] = configuration_would_do(Plan(restarts=(Restart(action, t),)))
+    [again] = configuration_would_do(Plan(restarts=(Restart(action, t + timedelta(seconds=5)),)))
+    assert first == again and first.message != again.message

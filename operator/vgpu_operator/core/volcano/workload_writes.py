@@ -28,6 +28,7 @@ from vgpu_operator.core.volcano.restarts import (
 )
 from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
+    data_changed_at,
     known_after,
     meta,
     name_of,
@@ -59,6 +60,12 @@ def inputs_settled(
     `core.volcano.restarts`). A DaemonSet PATCH waits for it, as the planner's restarts do."""
     inputs = restart_inputs(s)
     changed = [t for t in (inputs.plugin_reads_changed, *inputs.node_entries_changed.values()) if t]
+    # The node configs' own last change too: an entry taken over unchanged keeps an older stamp
+    # of its own, while the ConfigMap the plugin pods mount changed just now.
+    for ref in (s.config.node_config, s.config.ascend_node_config):
+        cm = s.configmap(*ref.ref())
+        if cm is not None and (at := data_changed_at(cm)) is not None:
+            changed.append(at)
     scheduler_conf = s.config.scheduler.config_map.ref()
     if any((w.namespace, w.name) != scheduler_conf for w in written):
         changed.append(now)  # a ConfigMap a plugin reads (the scheduler conf is not one)
