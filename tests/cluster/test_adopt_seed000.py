@@ -150,8 +150,9 @@ async def test_seed000_observe_then_enforce_disturbs_nothing(
     assert {n["node"]: n["change"] for n in plan["nodes"]} == dict.fromkeys(env.nodes, "restart")
     assert [n["node"] for n in plan["nodes"] if n["disruptive"]] == [], plan["nodes"]
     assert plan["workloads"] == [], plan["workloads"]
-    restarted = sorted(r.split(" ")[0] for r in plan["restarts"])
-    assert restarted == sorted(f"plugin-pod/{n}" for n in env.nodes), plan["restarts"]
+    restarted = sorted(r["node"] for r in plan["restarts"] if r["kind"] == "Pod")
+    assert restarted == sorted(env.nodes), plan["restarts"]
+    assert all(r["kind"] == "Pod" for r in plan["restarts"]), plan["restarts"]
     assert [len(w["nodes"]) for w in plan["rollout"] if w["now"]] == [1], plan["rollout"]
     offset = local.audit_offset()
     plugin_before = await env.plugin_pods()

@@ -156,7 +156,9 @@ async def test_seed003_observe_shows_the_cut_over_and_doctor_names_legacy_sharin
     assert "+      deviceshare.GPUSharingEnable: false" in sched["diff"], sched["diff"]
     assert "+      deviceshare.VGPUEnable: true" in sched["diff"], sched["diff"]
     scheduler = "volcano-system/volcano-scheduler"  # due now, or deferred by the interval
-    assert any(scheduler in r for r in plan["restarts"]), plan["restarts"]
+    assert any(f"{r['namespace']}/{r['name']}" == scheduler for r in plan["restarts"]), plan[
+        "restarts"
+    ]
     # kube-system/volcano-device-plugin is still the legacy plugin (HAMi's plugin's name, not
     # its image): left alone, no args, placement or restart; the example replaces it with
     # HAMi's manifest in the window (step 3)

@@ -254,6 +254,7 @@ def to_json(p: Plan, names: list[str]) -> dict[str, Any]:
                 "namespace": r.namespace,
                 "name": r.name,
                 "reason": r.reason,
+                "node": r.action.node,  # a plugin pod's node (None: a rollout restart)
                 "due": _stamp(r.due),
             }
             for r in p.restarts

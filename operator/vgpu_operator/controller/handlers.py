@@ -4,18 +4,19 @@ Nodes, policies, Pods, DaemonSets, and by name the configured ConfigMaps and the
 Deployment, are watched by the lean informer (`controller.informer`),
 not by Kopf: Node and Pod events come by the thousand, and Kopf's per-event pipeline cost more
 than the operator's own work (and its change-detecting handlers would store their state in
-annotations on every Node: extra writes). Start-up starts the controller
-(`controller.app.start`) at once, or, with leader election, when this replica leads
-(`controller.leader`); a standby serves its liveness endpoint and exports
-`vgpu_operator_leader 0`, and writes nothing. A leader that loses its lease stops
-the controller and then the process (`Runtime.lost`), as client-go's leader election does.
+annotations on every Node: extra writes). Kopf runs only where the operator may write: at once
+without leader election, else once this replica holds the Lease (`Runtime.elect`,
+`controller.leader`); its start-up starts the controller (`controller.app.start`). A standby
+serves its liveness endpoint, exports `vgpu_operator_leader 0` and watches nothing. A leader
+that loses its lease stops Kopf and the controller and then the process (`Runtime.lost`), as
+client-go's leader election does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,71 +71,85 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 
 @dataclass
 class Runtime:
-    """What Kopf's hooks share: the settings, and the controller while it runs."""
+    """One process of the operator: its liveness endpoint from the start, the Lease (with
+    leader election), and Kopf with the controller only while this replica may write.
+
+    Kopf runs only on the leader: it has no Lease election of its own, and a handler that
+    returned early on a standby would still mark the object handled (Kopf keeps its state on
+    the object). A standby serves `/healthz`, exports `vgpu_operator_leader 0` and holds no
+    watch at all."""
 
     settings: Settings
     leader: LeaderElectionConfig | None = None  # None: no election (one replica, tests)
     liveness: str | None = None  # http://HOST:PORT/PATH
     controller: Controller | None = None  # None before start-up, and on a standby
     lost: bool = False  # this replica led and lost its lease: the process must exit non-zero
-    stop_flag: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_flag: asyncio.Event = field(default_factory=asyncio.Event)  # the process's
+    kopf_stop: asyncio.Event | None = None  # the running Kopf's (the process's without election)
     elector: LeaderElector | None = None
     _lease_api: kubeapi.Client | None = None
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _health: web.AppRunner | None = None
 
-    async def startup(self) -> None:
-        if self.leader is None:
-            self.controller = await start(self.settings)
-        else:
-            self._lease_api = await self.settings.credentials.client(
-                pool_size=2, user_agent=self.settings.user_agent
-            )
-            self.elector = LeaderElector(self._lease_api, self.leader)
-            self._tasks.append(asyncio.create_task(self._elect(), name="vgpu-leader-election"))
-        if self.liveness:
-            info = {
-                "reconcilePasses": lambda: (
-                    self.controller.reconciler.passes if self.controller is not None else 0
-                ),
-                "leader": lambda: self.elector.is_leader if self.elector is not None else True,
-                # The pod index: listed yet, and how many GPU pods it holds (the benchmark
-                # reads these to tell when the listing has settled).
-                "podIndexSynced": lambda: (
-                    self.controller is not None and self.controller.pods.synced.is_set()
-                ),
-                "gpuPods": lambda: len(self.controller.pods) if self.controller is not None else 0,
-            }
-            self._health = await health.serve(self.liveness, self.health_checks(), info)
+    async def serve_health(self) -> None:
+        """The one liveness endpoint of the process, a standby's too (Kopf's own probes start
+        only with Kopf)."""
+        if not self.liveness:
+            return
+        info = {
+            "reconcilePasses": lambda: (
+                self.controller.reconciler.passes if self.controller is not None else 0
+            ),
+            "leader": lambda: self.elector.is_leader if self.elector is not None else True,
+            # The pod index: listed yet, and how many GPU pods it holds (the benchmark
+            # reads these to tell when the listing has settled).
+            "podIndexSynced": lambda: (
+                self.controller is not None and self.controller.pods.synced.is_set()
+            ),
+            "gpuPods": lambda: len(self.controller.pods) if self.controller is not None else 0,
+        }
+        self._health = await health.serve(self.liveness, self.health_checks(), info)
 
-    async def _elect(self) -> None:
-        assert self.elector is not None
+    async def elect(self, lead: Callable[[], Awaitable[None]]) -> None:
+        """`lead` while this replica holds the Lease; until stopped, or the Lease is lost
+        (`lost`: the process exits 1, as client-go's OnStoppedLeading has it)."""
+        assert self.leader is not None
+        self._lease_api = await self.settings.credentials.client(
+            pool_size=2, user_agent=self.settings.user_agent
+        )
+        self.elector = LeaderElector(self._lease_api, self.leader)
+        election = asyncio.create_task(self.elector.run(lead), name="vgpu-leader-election")
+        stopped = asyncio.create_task(self.stop_flag.wait(), name="vgpu-stop")
         try:
-            await self.elector.run(self._lead)
-        except LeadershipLost as exc:
-            log.error("lost the leader lease: %s; stopping", exc)
-            self.lost = True
-            self.stop_flag.set()
-
-    async def _lead(self) -> None:
-        controller = await start(self.settings)
-        self.controller = controller
-        try:
-            await asyncio.Event().wait()  # until the elector cancels it
+            await asyncio.wait({election, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not election.done() and self.kopf_stop is not None:
+                self.kopf_stop.set()  # leading: Kopf stops, then the elector releases the Lease
+                await asyncio.wait({election})
         finally:
-            self.controller = None
-            await controller.stop()
+            stopped.cancel()
+            if not election.done():
+                election.cancel()  # a standby stops trying (and releases a Lease it took)
+            try:
+                await election
+            except asyncio.CancelledError:
+                pass
+            except LeadershipLost as exc:
+                log.error("lost the leader lease: %s; stopping", exc)
+                self.lost = True
+
+    async def startup(self) -> None:
+        """Kopf's start-up: the controller (Kopf runs only where it may write)."""
+        self.controller = await start(self.settings)
 
     async def cleanup(self) -> None:
         # Stopped by a signal, Kopf still waits for its stop-flag task: set the flag so it ends
         # at once instead of after Kopf's 5 s grace for hung tasks.
-        self.stop_flag.set()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)  # releases the lease
+        if self.kopf_stop is not None:
+            self.kopf_stop.set()
         if self.controller is not None:
             await self.controller.stop()
             self.controller = None
+
+    async def close(self) -> None:
         if self._lease_api is not None:
             await self._lease_api.close()
         if self._health is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 from dataclasses import dataclass, field
 
@@ -24,19 +25,44 @@ async def run_operator(
     ready_flag: asyncio.Event | threading.Event | None = None,
     stop_flag: asyncio.Event | None = None,
 ) -> int:
-    """Kopf with the operator's registry until stopped; 1 if this replica lost its lease."""
-    settings = kopf.OperatorSettings()
-    configure_settings(settings)
+    """The process: serve its liveness endpoint, take the Lease when elected, and run Kopf with
+    the operator's registry (and so the controller) only while leading; until stopped. 1 if
+    this replica lost its lease."""
     if stop_flag is not None:
         runtime.stop_flag = stop_flag
-    await kopf.operator(
-        registry=build_registry(runtime),
-        settings=settings,
-        clusterwide=True,
-        standalone=True,
-        ready_flag=ready_flag,
-        stop_flag=runtime.stop_flag,
-    )
+
+    async def kopf_with_controller() -> None:
+        settings = kopf.OperatorSettings()
+        configure_settings(settings)
+        # Kopf's own stop flag: the process's without election; under election, one per term,
+        # so a lost Lease stops Kopf without reading as the process's stop.
+        runtime.kopf_stop = runtime.stop_flag if runtime.leader is None else asyncio.Event()
+        try:
+            await kopf.operator(
+                registry=build_registry(runtime),
+                settings=settings,
+                clusterwide=True,
+                standalone=True,
+                ready_flag=ready_flag if runtime.leader is None else None,
+                stop_flag=runtime.kopf_stop,
+            )
+        finally:  # also when the Lease is lost and Kopf is cancelled without its clean-up
+            await runtime.cleanup()
+
+    if threading.current_thread() is threading.main_thread():
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a standby's; Kopf installs its own
+            loop.add_signal_handler(sig, runtime.stop_flag.set)
+    await runtime.serve_health()
+    try:
+        if runtime.leader is None:
+            await kopf_with_controller()
+        else:
+            if ready_flag is not None:
+                ready_flag.set()  # running: a standby until it holds the Lease
+            await runtime.elect(kopf_with_controller)
+    finally:
+        await runtime.close()
     return 1 if runtime.lost else 0
 
 

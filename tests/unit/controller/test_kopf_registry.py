@@ -1,0 +1,62 @@
+"""Kopf's registry is what docs/architecture.md says it is: the table "Kopf's registry" lists
+every handler `build_registry` registers (id, kind, resource), no more and no fewer."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import kopf
+
+from vgpu_operator.controller.app import Settings
+from vgpu_operator.controller.handlers import Runtime, build_registry
+from vgpu_operator.kubeapi.credentials import resolve
+
+ARCHITECTURE = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
+ROW = re.compile(r"^\|\s*`(?P<id>[^`]+)`\s*\|\s*(?P<kind>[^|]*?)\s*\|\s*(?P<resource>[^|]*?)\s*\|$")
+
+
+def registered(registry: kopf.OperatorRegistry) -> set[tuple[str, str, str]]:
+    """(handler id, kind, resource plural) of every handler in the registry."""
+    out: set[tuple[str, str, str]] = set()
+    for name in ("_activities", "_indexing", "_watching", "_spawning", "_changing", "_webhooks"):
+        for h in getattr(registry, name).get_all_handlers():
+            activity = getattr(h, "activity", None)
+            reason = getattr(h, "reason", None)
+            kind = (
+                activity.value
+                if activity is not None
+                else (reason.value if reason is not None else name.strip("_"))
+            )
+            selector = getattr(h, "selector", None)
+            plural = str(getattr(selector, "plural", None) or "") if selector else ""
+            out.add((str(h.id).rsplit(".", 1)[-1], kind, plural))
+    return out
+
+
+def documented() -> set[tuple[str, str, str]]:
+    text = ARCHITECTURE.read_text()
+    table = text.split("Kopf's registry, as", 1)[1].split("\n\n", 2)[1]
+    rows = set()
+    for line in table.splitlines():
+        if (m := ROW.match(line.strip())) is not None:
+            rows.add((m["id"], m["kind"].split(" (")[0], m["resource"].strip("`")))
+    return rows
+
+
+def test_the_registry_is_the_documented_table(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    runtime = Runtime(Settings(credentials=resolve(str(kubeconfig), None)))
+    found = registered(build_registry(runtime))
+    assert found == documented()
+    assert {kind for _, kind, _ in found} >= {"authentication", "startup", "cleanup"}
+
+
+def test_the_table_reader_sees_every_row() -> None:
+    assert ("startup", "startup", "") in documented()
