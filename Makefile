@@ -54,8 +54,8 @@ demo: setup controlplane
 	$(BIN)/vgpu-dev demo
 
 crds: setup
-	$(BIN)/vgpu-operator crds -o crds
-	$(BIN)/vgpu-operator crds -o charts/vgpu-operator/crds
+	$(BIN)/vgpu-operator crds --output-dir crds
+	$(BIN)/vgpu-operator crds --output-dir charts/vgpu-operator/crds
 
 bench: setup controlplane
 	$(BIN)/python bench/convergence.py

@@ -147,7 +147,7 @@ def _assets_override(name: str) -> Path | None:
 
 
 def _stderr_log(msg: str) -> None:
-    print(f"[vgpu-operator dev-cluster] {msg}", file=sys.stderr, flush=True)
+    print(f"[vgpu-dev cluster] {msg}", file=sys.stderr, flush=True)
 
 
 def _go() -> str:

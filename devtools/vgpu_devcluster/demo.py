@@ -1,4 +1,4 @@
-"""`vgpu-operator demo`: the operator on a real local apiserver with simulated GPU nodes, next to
+"""`vgpu-dev demo`: the operator on a real local apiserver with simulated GPU nodes, next to
 what a real cluster has: Volcano's scheduler and HAMi's vGPU device plugin, installed from their
 own release manifests, unmodified (`upstream.install`).
 

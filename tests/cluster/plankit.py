@@ -230,7 +230,7 @@ def policy_document(
 
 
 async def plan_json(kubeconfig: Path, policy: Path, config: Path) -> dict[str, Any]:
-    """`vgpu-operator plan -f POLICY -o json --config CONFIG` (exit 2: something would change)."""
+    """`vgpu-operator plan -f POLICY -o json --config CONFIG` (exit 1: something would change)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -248,7 +248,7 @@ async def plan_json(kubeconfig: Path, policy: Path, config: Path) -> dict[str, A
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
-    assert proc.returncode == 2, out.decode() + err.decode()
+    assert proc.returncode == 1, out.decode() + err.decode()
     result: dict[str, Any] = json.loads(out)
     return result
 

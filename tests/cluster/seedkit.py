@@ -327,9 +327,11 @@ async def build_seed001(
     mig_nodes: int = 2,
     scheduler_conf: str | None = None,
     device_config: str | None = None,
+    scheduler_version: str | None = None,
 ) -> dict[str, FakeGpus]:
-    """Seed 001's end state (`scheduler_conf`, `device_config`: other texts, seed 004's);
-    returns the MIG nodes' fake GPUs."""
+    """Seed 001's end state (`scheduler_conf`, `device_config`: other texts, seed 004's;
+    `scheduler_version`: another vc-scheduler image tag than the fixture's); returns the MIG
+    nodes' fake GPUs."""
     await env.namespaces()
     await env.add_control_node()
     hami = await env.add_gpu_nodes("RTX-4090", hami_nodes, gpus=4, labels={"pool": "hami"})
@@ -346,7 +348,11 @@ async def build_seed001(
     extra = "".join(f',\n        {{"name": "{n}", "operatingmode": "mig"}}' for n in mig)
     await env.configmap(ns, NODE_CM, {NODE_KEY: f"{node_config}{extra}\n    ]\n}}\n"})
     conf = scheduler_conf or text("seed001_scheduler.conf")
-    await env.scheduler(conf, fixture_yaml("scheduler_deployment.yaml"))
+    scheduler = fixture_yaml("scheduler_deployment.yaml")
+    if scheduler_version is not None:
+        container = scheduler["spec"]["template"]["spec"]["containers"][0]
+        container["image"] = container["image"].rsplit(":", 1)[0] + f":{scheduler_version}"
+    await env.scheduler(conf, scheduler)
     await env.plugin(fixture_yaml("manifest_plugin_daemonset.yaml"))
     for name in hami:
         await env.gpu_pod(

@@ -160,6 +160,11 @@ async def test_seed004_observe_then_enforce_disturbs_nothing(
         mig_nodes=1,
         scheduler_conf=SEED004_CONF,
         device_config=yaml.safe_dump(merged, sort_keys=False),
+        # the merged `vnpus:` is HAMi's wrapper form, which vc-scheduler parses from v1.15.1
+        # (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/vnpu.go); v1.15.0 declares
+        # a list and falls back to its built-in defaults (the operator rewrites it as a list
+        # there: tests/unit/core/volcano/render/test_render_vnpus_form.py)
+        scheduler_version="v1.15.1",
     )
     ascend = await build_ascend(env)
 

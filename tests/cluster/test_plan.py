@@ -1,8 +1,9 @@
 """`vgpu-operator plan` against the real apiserver, as a subprocess: a policy not applied yet
-(`-f`, exit 2, its nodes enter), the same policy once the operator has applied it (`plan NAME`,
-exit 0), a mode change of that pool while GPU pods run on it (exit 2: every node disruptive,
-the pods named, the rollout order by maxUnavailable), and bad input (exit 1). It only reads:
-the audit log has no write of its user in the meantime."""
+(`-f`, exit 1, its nodes enter), the same policy once the operator has applied it (`plan NAME`,
+exit 0), a mode change of that pool while GPU pods run on it (exit 1: every node disruptive,
+the pods named, the rollout order by maxUnavailable), and bad input (exit 2: usage, as
+commands/exitcodes.py's table says). It only reads: the audit log has no write of its user in
+the meantime."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ async def test_plan_a_new_policy_then_a_mode_change_with_gpu_pods(
     # a policy not applied yet: its nodes enter the pool; nothing is written
     offset = cluster.require_audit().audit_offset()
     code, out, err = await plan(kubeconfig, "-f", str(policy_file(tmp_path, "new-pool", spec)))
-    assert code == 2, out + err
+    assert code == 1, out + err
     for name in nodes:
         assert f"  + {name} -> new-pool (hami-core)" in out, out
     assert "neither Volcano nor HAMi's plugin is installed" in out
@@ -145,7 +146,7 @@ async def test_plan_a_new_policy_then_a_mode_change_with_gpu_pods(
     code, out, err = await plan(
         kubeconfig, "-f", str(policy_file(tmp_path, name, changed)), "-o", "json"
     )
-    assert code == 2, out + err
+    assert code == 1, out + err
     result = json.loads(out)
     by_node = {n["node"]: n for n in result["nodes"]}
     assert set(by_node) == set(nodes)
@@ -164,9 +165,9 @@ async def test_plan_a_new_policy_then_a_mode_change_with_gpu_pods(
     node = await kubeapi.request(api, "GET", kubeapi.node_path(nodes[0]))
     assert node["metadata"]["labels"][contract.LABEL_MODE] == "hami-core"
 
-    # bad input: exit 1 with the field named
+    # bad input: exit 2 (usage) with the field named
     bad = {**spec, "mode": "mig", "mig": {"partitioning": "static"}}
     code, out, err = await plan(kubeconfig, "-f", str(policy_file(tmp_path, "bad", bad)))
-    assert code == 1 and "spec.mig" in err, err
+    assert code == 2 and "spec.mig" in err, err
     code, out, err = await plan(kubeconfig, unique("absent"))
-    assert code == 1 and "plan -f FILE" in err, err
+    assert code == 2 and "plan -f FILE" in err, err

@@ -9,10 +9,13 @@ Pod = dict[str, Any]
 
 
 def pods(docs: list[dict[str, Any]]) -> Iterator[tuple[str, Pod]]:
-    """(workload name, pod spec) of every Deployment, DaemonSet and Job."""
+    """(workload name, pod spec) of every Deployment, DaemonSet and Job, and of every bare Pod
+    (the `helm test` Pod)."""
     for doc in docs:
         if doc["kind"] in ("Deployment", "DaemonSet", "Job"):
             yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
+        elif doc["kind"] == "Pod":
+            yield doc["metadata"]["name"], doc["spec"]
 
 
 def one_pod(docs: list[dict[str, Any]], kind: str, suffix: str = "") -> Pod:

@@ -36,8 +36,34 @@ PLUGIN_V1_12 = Version(1, 12, 0)
 POLICY_TAINT = {"key": "volcano.sh/vgpu", "value": "hami", "effect": "NoSchedule"}
 
 
+KEY = "device-config.yaml"
+MANIFEST = "manifest_device_config.yaml"
+
+
 def text(name: str) -> str:
     return (FIXTURES / name).read_text()
+
+
+def rendered_manifest() -> str:
+    """The plugin manifest's device config as the default operator config renders it for
+    `healthy()`'s cluster (an A100-40GB in MIG mode): the same but for its MIG memory, lowered to
+    what the instances have (core.volcano.mig_memory)."""
+    out = render_device_config(
+        configmap("kube-system", "volcano-vgpu-device-config", {KEY: text(MANIFEST)}),
+        OperatorConfig(),
+        "t",
+        mig_models=["NVIDIA A100-SXM4-40GB"],
+    )
+    return out.data[KEY]
+
+
+def without_memory(doc: Any) -> Any:
+    """A parsed document with every `memory:` key dropped (to compare all but MIG memory)."""
+    if isinstance(doc, dict):
+        return {k: without_memory(v) for k, v in doc.items() if k != "memory"}
+    if isinstance(doc, list):
+        return [without_memory(v) for v in doc]
+    return doc
 
 
 def obj(name: str) -> dict[str, Any]:

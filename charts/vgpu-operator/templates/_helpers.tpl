@@ -7,13 +7,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
+{{- /* The image's repository, its registry replaced by global.imageRegistry when that is set
+(a mirror or an air-gapped registry). The registry is the first path element when it looks like
+a host (a '.' or ':' in it, or localhost), as the container runtimes read it. */ -}}
+{{- define "vgpu-operator.repository" -}}
+{{- $repo := .Values.image.repository -}}
+{{- $registry := ((.Values.global | default dict).imageRegistry | default "") | trimSuffix "/" -}}
+{{- if $registry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" $registry $repo -}}
+{{- end -}}
+{{- $repo -}}
+{{- end -}}
 {{- /* repository:tag, or repository@digest when image.digest is set (a digest pins the exact
-image; the tag is then only for people reading it). */ -}}
+image; the tag is then only for people reading it). Every pod of the chart uses it. */ -}}
 {{- define "vgpu-operator.image" -}}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ include "vgpu-operator.repository" . }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "vgpu-operator.repository" . }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
 {{- /* An HTTP probe on the /healthz of --liveness: (list $probe $port) */ -}}

@@ -40,22 +40,12 @@ from dataclasses import dataclass
 from vgpu_operator.agent.parse_actions import ListedGpu
 from vgpu_operator.agent.podresources_wire import Allocation
 from vgpu_operator.core.mig.partition import Step, StepKind
+from vgpu_operator.models.gpu_resources import gpu_backed
 from vgpu_operator.models.inventory import GpuInfo
 
 _REPLICA = re.compile(r"^(.+)::\d+$")  # NVIDIA's AnnotatedID
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/(\d+)$")
 _HAMI_SLOT = re.compile(r"^(?:GPU|MIG)-.+-(?:memory-|core-)?\d+$")
-
-# Resource names a GPU may back: NVIDIA's (`nvidia.com/gpu`, `nvidia.com/mig-*`,
-# `nvidia.com/gpu.shared`, HAMi's `nvidia.com/gpumem`...), Volcano's and HAMi's vGPU names, and
-# any renamed one that says gpu or mig.
-_GPU_DOMAINS = ("nvidia.com/", "volcano.sh/vgpu", "hami.io/")
-_GPU_WORDS = re.compile(r"gpu|mig", re.IGNORECASE)
-
-
-def gpu_backed(resource: str) -> bool:
-    """Whether an allocation of this resource (or DRA driver) may be a GPU of this node."""
-    return resource.startswith(_GPU_DOMAINS) or bool(_GPU_WORDS.search(resource))
 
 
 @dataclass(frozen=True)

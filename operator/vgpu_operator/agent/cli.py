@@ -100,6 +100,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if not args.node:
         print(f"vgpu-operator agent: no node name (--node or ${ENV_NODE})", file=sys.stderr)
         return 2
+    from vgpu_operator.kubeapi.credentials import CredentialsError, resolve
+
+    try:  # loaded once now: a missing or broken kubeconfig is one line and exit code 3
+        asyncio.run(resolve(args.kubeconfig, args.context).configuration())
+    except CredentialsError as exc:
+        print(f"vgpu-operator agent: cannot reach the cluster: {exc}", file=sys.stderr)
+        return 3
     from vgpu_operator import logs
 
     logs.setup(

@@ -14,8 +14,8 @@ label, taint and annotation the operator and its agent own (`core.cleanup`), exc
 still runs GPU pods, which is skipped and named unless `--force` (`core.cleanup_nodes`); release
 the policies' finalizer. Each write is a PATCH with the resourceVersion it was computed from; an
 object that changed meanwhile is read and planned again. Prints every change. Exit code 0 when
-everything is clean, 1 when something could not be changed or a node was skipped, 2 when the
-cleanup could not run.
+everything is clean, 1 when something could not be changed or a node was skipped, 2 on a bad
+option or an invalid configuration file, 3 when the cluster or a file cannot be reached or read.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_a
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
 EXIT_LEFT = 1
-EXIT_CANNOT_RUN = 2
+EXIT_USAGE, EXIT_CANNOT_RUN = 2, 3  # commands/exitcodes.py
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 ATTEMPTS = 5  # re-reads of one object that keeps changing under the cleanup
 
@@ -104,11 +104,14 @@ def _ref(text: str | None, option: str) -> tuple[str, str] | None:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config).read_text()) if args.config else OperatorConfig()
-    except (OSError, ConfigError) as exc:
+    except OSError as exc:
+        print(f"vgpu-operator cleanup: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except ConfigError as exc:
         print(
             f"vgpu-operator cleanup: invalid configuration {args.config}:\n{exc}", file=sys.stderr
         )
-        return EXIT_CANNOT_RUN
+        return EXIT_USAGE
     try:
         stops = (
             _ref(args.stop_controller, "--stop-controller"),
@@ -116,7 +119,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         print(f"vgpu-operator cleanup: {exc}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
+        return EXIT_USAGE
     cleanup = Cleanup(
         config,
         dry_run=args.dry_run,

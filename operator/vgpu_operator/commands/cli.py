@@ -12,8 +12,10 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from vgpu_operator import __version__
+from vgpu_operator.commands import exitcodes
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -21,8 +23,15 @@ Command = Callable[[argparse.Namespace], int]
 def cmd_crds(args: argparse.Namespace) -> int:
     from vgpu_operator import crdgen
 
-    if args.output:
-        crdgen.write_crds(Path(args.output))
+    if args.output_dir:
+        crdgen.write_crds(Path(args.output_dir))
+    elif args.output == "json":
+        import json
+
+        import yaml
+
+        docs = [d for d in yaml.safe_load_all(crdgen.render_crds()) if d]
+        sys.stdout.write(json.dumps(docs if len(docs) != 1 else docs[0], indent=2) + "\n")
     else:
         sys.stdout.write(crdgen.render_crds())
     return 0
@@ -45,13 +54,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config).read_text()) if args.config else OperatorConfig()
     except ConfigError as exc:
-        print(f"vgpu-operator: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
-        return 2
+        print(f"vgpu-operator run: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    except OSError as exc:
+        print(f"vgpu-operator run: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+        return exitcodes.CANNOT
     try:
         credentials = resolve(args.kubeconfig, args.context)
+        # Loaded once now (files read, exec plugins run): a missing or broken kubeconfig stops
+        # the command here with one line, not in Kopf's startup handler, which retries forever.
+        asyncio.run(credentials.configuration())
     except CredentialsError as exc:
-        print(f"vgpu-operator: {exc}", file=sys.stderr)
-        return 2
+        print(f"vgpu-operator run: cannot reach the cluster: {exc}", file=sys.stderr)
+        return exitcodes.CANNOT
     identity = args.identity or default_identity()
     leader = None
     if args.leader_elect:
@@ -118,9 +133,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Lease's namespace (default: $POD_NAMESPACE or vgpu-system)",
     )
     run.add_argument("--leader-elect-name", default="vgpu-operator", help="the Lease's name")
-    run.add_argument("--leader-elect-lease-duration", type=float, default=15.0, metavar="S")
-    run.add_argument("--leader-elect-renew-deadline", type=float, default=10.0, metavar="S")
-    run.add_argument("--leader-elect-retry-period", type=float, default=2.0, metavar="S")
+    run.add_argument(
+        "--leader-elect-lease-duration",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="a standby takes over this long after the last renewal it saw (%(default)s)",
+    )
+    run.add_argument(
+        "--leader-elect-renew-deadline",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="the leader gives up when it cannot renew within this (%(default)s)",
+    )
+    run.add_argument(
+        "--leader-elect-retry-period",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds between attempts to acquire or renew (%(default)s)",
+    )
     run.add_argument(
         "--identity", help="this replica's name in the Lease and user agent (default: host)"
     )
@@ -133,11 +166,45 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     crds = sub.add_parser("crds", help="print (or write) the CRDs generated from the models")
-    crds.add_argument("-o", "--output", help="directory to write the CRD files into")
+    crds.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="the format printed",
+    )
+    crds.add_argument("--output-dir", metavar="DIR", help="write one YAML file per CRD here")
     crds.set_defaults(func=cmd_crds)
     for module in (*SUBCOMMAND_MODULES, PLAN_MODULE):
         importlib.import_module(module).add_subcommand(sub)
+    with_exit_codes(parser)
     return parser
+
+
+def with_exit_codes(parser: argparse.ArgumentParser) -> None:
+    """The exit-code table as the epilog of `parser` and of each of its subcommands."""
+    parser.epilog = exitcodes.EPILOG
+    parser.formatter_class = _raw_epilog(parser.formatter_class)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                with_exit_codes(child)
+
+
+def _raw_epilog(base: Any) -> Any:
+    """`base` (a HelpFormatter class), but the epilog printed as written (the table's
+    columns)."""
+    if issubclass(base, argparse.RawDescriptionHelpFormatter):
+        return base
+
+    class Formatter(base):  # type: ignore[misc]
+        def add_text(self, text: str | None) -> None:
+            if text is exitcodes.EPILOG:
+                self._add_item(lambda t: t, [text])
+            else:
+                super().add_text(text)
+
+    return Formatter
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -146,13 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Command | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
-        return 2
+        return exitcodes.USAGE
     # SIGTERM behaves like Ctrl-C, so every command tears down what it started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return func(args)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a user error no command caught: one line, the table's code
+        return exitcodes.user_error(f"vgpu-operator {args.command}", exc)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ unless `--config` names the file the operator runs with. Names given as `auto` t
 resolved from the cluster as the operator resolves them at start, and printed with why;
 `--discover` resolves every name that way (a cluster set up by hand, e.g. in volcano-system).
 `--list-rules` lists every rule and what it checks, without a cluster. Exit code: 0 when nothing
-is wrong (notes only), 1 when a rule found an error or a warning, 2 when the check could not run.
+is wrong (notes only), 1 when a rule found an error or a warning, 2 on a bad option or an invalid
+configuration file, 3 when the cluster or a file cannot be reached or read (the table below).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_operator import kubeapi
+from vgpu_operator.commands import exitcodes
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 from vgpu_operator.models.config_refs import AUTO
 
-EXIT_CANNOT_RUN = 2
+EXIT_USAGE, EXIT_CANNOT_RUN = exitcodes.USAGE, exitcodes.CANNOT
 
 
 def add_subcommand(sub: Any) -> None:
@@ -39,7 +41,7 @@ def add_subcommand(sub: Any) -> None:
     parser.add_argument(
         "--config", metavar="FILE", help="operator configuration file (default: built-in)"
     )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser.add_argument(
         "--rule",
         action="append",
@@ -79,6 +81,15 @@ def all_auto(config: OperatorConfig) -> OperatorConfig:
     data["scheduler"] = {"configMap": AUTO, "deployment": AUTO}
     data["ascendVnpu"] = {**data.get("ascendVnpu", {}), "schedulerDevice": AUTO}
     return OperatorConfig.model_validate(data)
+
+
+def dump(data: Any, output: str) -> str:
+    """`data` as `-o json` or `-o yaml` prints it."""
+    if output == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 def rule_list() -> list[dict[str, str]]:
@@ -135,7 +146,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.list_rules:
         rules = rule_list()
         print(
-            json.dumps(rules, indent=2) if args.output == "json" else format_rule_list(rules),
+            dump(rules, args.output) if args.output != "table" else format_rule_list(rules),
             end="",
         )
         return 0
@@ -143,9 +154,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         config = _load(args.config)
         if args.discover:
             config = all_auto(config)
-    except (OSError, ConfigError) as exc:
-        print(f"vgpu-operator doctor: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"vgpu-operator doctor: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    except ConfigError as exc:
+        print(f"vgpu-operator doctor: invalid configuration {args.config}:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
     unknown = sorted(set(args.rule or ()) - set(RULES))
     if unknown:
         print(
@@ -153,7 +167,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             + ", ".join(RULES),
             file=sys.stderr,
         )
-        return EXIT_CANNOT_RUN
+        return EXIT_USAGE
     try:
         discovery, results = asyncio.run(_check(args.kubeconfig, args.context, config, args.rule))
     except ConfigError as exc:
@@ -172,12 +186,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CANNOT_RUN
-    if args.output == "json":
+    if args.output == "json" and not (discovery.resolved or discovery.problems):
+        print(format_json(results), end="")
+    elif args.output != "table":
+        data = to_json_data(results)
         if discovery.resolved or discovery.problems:
-            data = {"discovery": discovery_json(discovery), **to_json_data(results)}
-            print(json.dumps(data, indent=2, ensure_ascii=False))
-        else:
-            print(format_json(results), end="")
+            data = {"discovery": discovery_json(discovery), **data}
+        print(dump(data, args.output), end="")
     else:
         if discovery.resolved or discovery.problems:
             print(format_discovery(discovery), end="")

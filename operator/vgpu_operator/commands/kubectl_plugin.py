@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.commands import exitcodes
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 
@@ -146,14 +147,29 @@ def cmd_get(args: argparse.Namespace) -> int:
         policies, nodes = asyncio.run(_read(args.kubeconfig, args.context))
     except (CredentialsError, kubeapi.Unreachable, OSError) as exc:
         print(f"kubectl vgpu: cannot reach the cluster: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.CANNOT
     except kubeapi.ApiError as exc:
         print(
             f"kubectl vgpu: the apiserver refused a read ({exc}); the credentials need "
             "list on vgpunodepolicies and nodes",
             file=sys.stderr,
         )
-        return 1
+        return exitcodes.CANNOT
+    if args.output != "table":
+        data: dict[str, Any] = {}
+        if args.what in ("all", "pools"):
+            data["pools"] = [
+                dict(zip(POOL_COLUMNS, row, strict=True)) for row in pool_rows(policies)
+            ]
+        if args.what in ("all", "nodes"):
+            data["nodes"] = [
+                dict(zip(NODE_COLUMNS, row, strict=True))
+                for row in node_rows(nodes, every=args.all_nodes)
+            ]
+        from vgpu_operator.commands.doctor import dump
+
+        print(dump(data, args.output), end="")
+        return exitcodes.OK
     parts = []
     if args.what in ("all", "pools"):
         parts.append(table(POOL_COLUMNS, pool_rows(policies)))
@@ -174,11 +190,21 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("what", nargs="?", choices=("all", "pools", "nodes"), default="all")
     add_connection_arguments(get)
     get.add_argument("-A", "--all-nodes", action="store_true", help="also nodes without GPUs")
+    get.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="table, or the same rows as json or yaml",
+    )
     get.set_defaults(func=cmd_get)
     from vgpu_operator.commands import doctor, plan
 
     doctor.add_subcommand(sub)
     plan.add_subcommand(sub)
+    from vgpu_operator.commands.cli import with_exit_codes
+
+    with_exit_codes(parser)
     return parser
 
 
@@ -187,7 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_in or (args_in[0].startswith("-") and args_in[0] not in ("-h", "--help")):
         args_in = ["get", *args_in]  # `kubectl vgpu [--kubeconfig F]`: the overview
     args = build_parser().parse_args(args_in)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a user error no command caught: one line, the table's code
+        return exitcodes.user_error(f"kubectl vgpu {args.command}", exc)
     return code
 
 

@@ -8,7 +8,8 @@ change, with the GPU pods running there) and in what order the rollout takes the
 ConfigMap diffs, the DaemonSet patches and restarts, and the findings that would appear or go.
 Read-only (GETs and LISTs only, as `doctor`); it needs a kubeconfig that may read
 VGPUNodePolicies, ConfigMaps, Deployments, DaemonSets, Nodes and Pods. Exit code: 0 when nothing
-would change, 2 when something would, 1 on error.
+would change, 1 when something would, 2 on a bad option or input file (invalid YAML, policy or
+configuration), 3 when the cluster or a file cannot be reached or read.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from vgpu_operator.core.plan import Plan, plan, proposed
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
-EXIT_NO_CHANGE, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_USAGE, EXIT_CANNOT = 0, 1, 2, 3  # commands/exitcodes.py
 
 
 class PlanError(Exception):
@@ -50,7 +51,13 @@ def add_subcommand(sub: Any) -> None:
     parser.add_argument(
         "--config", metavar="FILE", help="operator configuration file (default: built-in)"
     )
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "text", "json", "yaml"),
+        default="table",
+        help="table (text: the same), json or yaml",
+    )
     parser.set_defaults(func=cmd_plan)
 
 
@@ -301,15 +308,17 @@ async def compute(
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    def fail(message: str) -> int:
+    def fail(message: str, code: int = EXIT_USAGE) -> int:
         print(f"vgpu-operator plan: {message}", file=sys.stderr)
-        return EXIT_ERROR
+        return code
 
     if (args.name is None) == (args.filename is None):
         return fail("give a live policy's NAME or -f FILE (one of the two)")
     try:
         config = load_config(Path(args.config).read_text()) if args.config else OperatorConfig()
-    except (OSError, ConfigError) as exc:
+    except OSError as exc:
+        return fail(f"cannot read {args.config}: {exc.strerror}", EXIT_CANNOT)
+    except ConfigError as exc:
         return fail(f"invalid configuration {args.config}:\n{exc}")
     try:
         docs = policy_documents(_read_file(args.filename), args.filename) if args.filename else []
@@ -317,16 +326,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except PlanError as exc:
         return fail(str(exc))
     except OSError as exc:
-        return fail(f"cannot read: {exc}")
+        return fail(f"cannot read: {exc}", EXIT_CANNOT)
     except (CredentialsError, kubeapi.Unreachable) as exc:
-        return fail(f"cannot reach the cluster: {exc}")
+        return fail(f"cannot reach the cluster: {exc}", EXIT_CANNOT)
     except kubeapi.ApiError as exc:
         return fail(
             f"the apiserver refused a read ({exc}); the credentials need get/list on "
-            "vgpunodepolicies, configmaps, deployments, daemonsets, nodes and pods"
+            "vgpunodepolicies, configmaps, deployments, daemonsets, nodes and pods",
+            EXIT_CANNOT,
         )
-    text = json.dumps(to_json(result, names), indent=2) + "\n" if args.output == "json" else None
-    print(text if text is not None else format_text(result, names), end="")
+    if args.output == "json":
+        text = json.dumps(to_json(result, names), indent=2) + "\n"
+    elif args.output == "yaml":
+        text = yaml.safe_dump(to_json(result, names), sort_keys=False, allow_unicode=True)
+    else:
+        text = format_text(result, names)
+    print(text, end="")
     return EXIT_CHANGES if result.changes else EXIT_NO_CHANGE
 
 

@@ -1,6 +1,7 @@
 """The operator configuration's `migGeometries`: the `knownMigGeometries` catalog the operator
 renders into the scheduler's device config, checked strictly (the payload model is as lenient as
-the Go readers are)."""
+the Go readers are): every group must fit, as a whole, on each catalog GPU its models match
+(memory slices and placements, models.mig_placement), not only by its compute slices."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 from pydantic import Field, model_validator
 
-from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models import gpu_catalog, mig_placement
 from vgpu_operator.models.config_refs import ConfigModel, cross_field_error
 from vgpu_operator.models.volcano import MigGeometryEntry
 
@@ -17,6 +18,7 @@ MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb([+-][a-z.]+)?$")
 # expecting two parts (volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go);
 # the pod annotation joins fields, devices and containers with "," ":" ";" (nvidia/vgpu/utils.go
 # `encodePodDevices`). A group name with any of these, or brackets, breaks the pick.
+BASE_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb$")
 MIG_GROUP = re.compile(r"^[A-Za-z0-9_.]+$")
 MAX_COMPUTE_SLICES = 7  # the most any MIG GPU has (A100, H100, H200); A30 has 4
 
@@ -34,6 +36,41 @@ def _compute_slices(models: list[str]) -> tuple[int, str]:
     return limit, which
 
 
+def _matched_models(models: list[str]) -> list[gpu_catalog.GpuModel]:
+    """The catalog's MIG models an entry's model strings match (substrings of `NVIDIA-<name>`)."""
+    return [
+        gpu
+        for gpu in gpu_catalog.MIG_MODELS.values()
+        if any(m and m in f"NVIDIA-{gpu.nvml_name}" for m in models)
+    ]
+
+
+def _group_misfit(gpus: list[gpu_catalog.GpuModel], profiles: dict[str, int]) -> tuple[str, str]:
+    """Why a group cannot exist on one of the GPUs the entry serves, and the fix ("" : it can).
+    The device plugin creates the whole group on one GPU (`GenerateMigTemplate`,
+    Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/plugin/server.go); the operator's own
+    placement (models.mig_placement) decides whether nvidia-mig-parted can."""
+    for gpu in gpus:
+        base = [p for p in profiles if BASE_PROFILE.match(p)]
+        missing = [p for p in base if gpu.profile(p) is None]
+        if missing:
+            known = ", ".join(p.name for p in gpu.profiles if BASE_PROFILE.match(p.name))
+            return (
+                f"{gpu.nvml_name} has no MIG profile {', '.join(missing)}",
+                f"use its profiles ({known}), or narrow models to the GPUs that have it",
+            )
+        if len(base) < len(profiles):
+            continue  # a +me/-me/+gfx profile the catalog does not list: not judged
+        why = mig_placement.misfit(gpu, profiles)
+        if why is not None:
+            return (
+                why,
+                "use fewer or smaller instances (a group is one whole-GPU layout; see "
+                f"nvidia-smi mig -lgip/-lgipp on a {gpu.nvml_name})",
+            )
+    return "", ""
+
+
 def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
     """The payload model is lenient (the Go readers are); the catalog is checked strictly."""
 
@@ -48,6 +85,7 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
         fail(".allowedGeometries", "needs at least one group", "add a group of MIG profiles")
     groups: set[str] = set()
     limit, limited_by = _compute_slices(list(entry.models))
+    gpus = _matched_models(list(entry.models))
     for g, group in enumerate(entry.allowed_geometries):
         where = f".allowedGeometries[{g}]"
         if group.model_extra:
@@ -83,6 +121,17 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
                 f"but {gpu} {limit}: the device plugin's nvidia-mig-parted apply fails, which "
                 "stops the plugin",
                 f"keep each group within {limit} compute slices",
+            )
+        profiles: dict[str, int] = {}
+        for tmpl in group.geometries:
+            profiles[tmpl.name] = profiles.get(tmpl.name, 0) + tmpl.count
+        why, fix = _group_misfit(gpus, profiles)
+        if why:
+            fail(
+                where + ".geometries",
+                f"the group cannot exist: {why}; the device plugin's nvidia-mig-parted apply "
+                "fails, which stops the plugin",
+                fix,
             )
 
 

@@ -55,6 +55,9 @@ class MigProfile(NamedTuple):
     since_driver: int = 0  # first driver branch that offers the profile (0: always)
     unconfirmed: str = ""  # what in this entry no cited source confirms
     ci_profile: int = -1  # the CI profile `-C` creates when it is not the one by slices
+    # Lower `-lgip` figures other cited listings show (another driver); `memory_gib` is what the
+    # fake prints. What an instance surely has: core.volcano.mig_memory.instance_memory_mib.
+    listed_gib: tuple[float, ...] = ()
 
     @property
     def memory_mib(self) -> int:
@@ -130,6 +133,7 @@ def _p(
     since: int = 0,
     unconfirmed: str = "",
     ci: int = -1,
+    low: tuple[float, ...] = (),
 ) -> MigProfile:
     """engines = (SM, DEC, ENC, CE, JPEG, OFA), the two `-lgip` lines in print order."""
     sm, dec, enc, ce, jpeg, ofa = engines
@@ -151,6 +155,7 @@ def _p(
         since_driver=since,
         unconfirmed=unconfirmed,
         ci_profile=ci,
+        listed_gib=low,
     )
 
 
@@ -235,13 +240,27 @@ H100_80GB: Final = GpuModel(
     compute_slices=7,
     memory_slices=8,
     pci_device_id="0x233010DE",
+    # `low`: an H100 80GB HBM3 on driver 525.125.06 lists 9.62 / 19.50 / 19.50 / 39.25 GiB for
+    # 1g.10gb(+me) / 1g.20gb / 2g.20gb / 3g.40gb (its MIG device of 3g.40gb: 40192 MiB), in
+    # https://cloud.google.com/compute/docs/gpus/create-gpu-vm-accelerator-optimized ("Create
+    # Multi-instance GPUs"); 4g.40gb covers the same four memory slices as 3g.40gb.
     profiles=(
-        _p(19, "1g.10gb", 1, 9.75, 7, _P7_1, (16, 1, 0, 1, 1, 0)),
-        _p(20, "1g.10gb+me", 1, 9.75, 1, _P7_1, (16, 1, 0, 1, 1, 1)),
-        _p(15, "1g.20gb", 2, 19.62, 4, _P7_1X2, (26, 1, 0, 1, 1, 0), ci=HOPPER_1G_CI),
-        _p(14, "2g.20gb", 2, 19.62, 3, _P7_2, (32, 2, 0, 2, 2, 0)),
-        _p(9, "3g.40gb", 4, 39.50, 2, _P7_3, (60, 3, 0, 3, 3, 0)),
-        _p(5, "4g.40gb", 4, 39.50, 1, _P7_4, (64, 4, 0, 4, 4, 0)),
+        _p(19, "1g.10gb", 1, 9.75, 7, _P7_1, (16, 1, 0, 1, 1, 0), low=(9.62,)),
+        _p(20, "1g.10gb+me", 1, 9.75, 1, _P7_1, (16, 1, 0, 1, 1, 1), low=(9.62,)),
+        _p(
+            15,
+            "1g.20gb",
+            2,
+            19.62,
+            4,
+            _P7_1X2,
+            (26, 1, 0, 1, 1, 0),
+            ci=HOPPER_1G_CI,
+            low=(19.50,),
+        ),
+        _p(14, "2g.20gb", 2, 19.62, 3, _P7_2, (32, 2, 0, 2, 2, 0), low=(19.50,)),
+        _p(9, "3g.40gb", 4, 39.50, 2, _P7_3, (60, 3, 0, 3, 3, 0), low=(39.25,)),
+        _p(5, "4g.40gb", 4, 39.50, 1, _P7_4, (64, 4, 0, 4, 4, 0), low=(39.25,)),
         _p(0, "7g.80gb", 8, 79.25, 1, _P7_7, (132, 7, 0, 8, 7, 1)),
     ),
 )

@@ -130,7 +130,7 @@ def test_unmappable_gpu_allocations_hold_every_gpu() -> None:
         ("gpu.nvidia.com", True),
         ("rdma/hca_shared_devices_a", False),
         ("intel.com/sriov_netdevice", False),
-        ("huawei.com/Ascend910", False),
+        ("huawei.com/Ascend910", True),  # one definition of a GPU consumer: NPUs count too
     ],
 )
 def test_gpu_backed(resource: str, backed: bool) -> None:

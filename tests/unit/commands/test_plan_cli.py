@@ -100,7 +100,7 @@ def test_nothing_to_do_says_so() -> None:
 
 
 def test_name_or_file_is_required(capsys: pytest.CaptureFixture[str]) -> None:
-    assert plan_cli.main([]) == plan_cli.EXIT_ERROR
+    assert plan_cli.main([]) == plan_cli.EXIT_USAGE
     assert "give a live policy's NAME or -f FILE" in capsys.readouterr().err
 
 

@@ -201,10 +201,10 @@ def test_doctor_refuses_an_invalid_config_and_unknown_rules(
     bad = tmp_path / "config.yaml"
     bad.write_text("mode: sometimes\n")
     args = _args("--config", str(bad))
-    assert args.func(args) == doctor.EXIT_CANNOT_RUN
+    assert args.func(args) == doctor.EXIT_USAGE  # an invalid input file (commands.exitcodes)
     assert "mode" in capsys.readouterr().err
     args = _args("--rule", "no-such-rule", "--kubeconfig", str(tmp_path / "none"))
-    assert args.func(args) == doctor.EXIT_CANNOT_RUN
+    assert args.func(args) == doctor.EXIT_USAGE
     assert "no-such-rule" in capsys.readouterr().err
     args = _args("--kubeconfig", str(tmp_path / "missing"))
     assert args.func(args) == doctor.EXIT_CANNOT_RUN

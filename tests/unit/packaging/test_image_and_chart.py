@@ -58,7 +58,7 @@ def test_every_container_runs_a_command_of_the_entrypoint(values: dict[str, str]
             assert container["image"] == "ghcr.io/vgpu-operator/vgpu-operator:0.1.0"
             args = parser.parse_args(container["args"])  # exits on an unknown option
             seen.add(args.command)
-    assert seen == {"run", "agent", "cleanup"}
+    assert seen == {"run", "agent", "cleanup", "doctor"}  # doctor: the `helm test` Pod
 
 
 def test_controller_and_hook_run_as_cert_manager_sets_it() -> None:

@@ -16,14 +16,13 @@ from typing import Any
 
 from vgpu_operator.core.rollout.arrive import GpuPod
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig
+from vgpu_operator.models.gpu_resources import gpu_backed, gpu_consumer
 from vgpu_operator.models.volcano import HARDCODED_ALLOCATABLE, LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER
 from vgpu_operator.models.volcano_views import WorkloadView
 
 Obj = dict[str, Any]
 
 NVIDIA_GPU = "nvidia.com/gpu"
-MIG_PREFIX = "nvidia.com/mig-"  # MIG strategy "mixed": nvidia.com/mig-1g.10gb, ...
-ASCEND_PREFIX = "huawei.com/Ascend"  # huawei.com/Ascend910B3, huawei.com/Ascend310P-memory, ...
 # What the pod index selects on: pods that finished hold nothing (a pod that finishes leaves
 # the selection, and the watch delivers it as DELETED).
 RUNNING_OR_PENDING = "status.phase!=Succeeded,status.phase!=Failed"
@@ -44,13 +43,13 @@ _CONTAINER_KEYS = ("name", "image", "resources", "command", "args")
 
 @dataclass(frozen=True)
 class GpuResources:
-    """The resource names that make a pod a GPU pod: exact names and name prefixes."""
+    """The resource names that make a pod a GPU pod (`models.gpu_resources`, the one
+    definition), with the operator config's own names."""
 
     names: frozenset[str]
-    prefixes: tuple[str, ...] = (MIG_PREFIX, ASCEND_PREFIX)
 
     def match(self, resource: str) -> bool:
-        return resource in self.names or resource.startswith(self.prefixes)
+        return gpu_backed(resource, self.names)
 
 
 def gpu_resources(config: OperatorConfig) -> GpuResources:
@@ -73,20 +72,10 @@ def gpu_resources(config: OperatorConfig) -> GpuResources:
     )
 
 
-def _containers(pod: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    spec = pod.get("spec") or {}
-    return [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-
-
 def holds_gpu(pod: Mapping[str, Any], resources: GpuResources) -> bool:
-    """Whether any (init) container requests or limits a GPU resource (non-zero)."""
-    for c in _containers(pod):
-        res = (c or {}).get("resources") or {}
-        for part in ("limits", "requests"):
-            for key, value in (res.get(part) or {}).items():
-                if resources.match(str(key)) and str(value) not in ("0", ""):
-                    return True
-    return False
+    """Whether the pod consumes a GPU: a GPU resource requested or limited (non-zero) by any
+    (init) container, or a ResourceClaim (`models.gpu_resources.gpu_consumer`)."""
+    return gpu_consumer(pod, resources.names)
 
 
 def interned(obj: Any) -> Any:
@@ -127,6 +116,7 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
             "schedulerName": spec.get("schedulerName"),
             "containers": _compact_containers(spec.get("containers")),
             "initContainers": _compact_containers(spec.get("initContainers")),
+            **({"resourceClaims": spec["resourceClaims"]} if spec.get("resourceClaims") else {}),
         },
         "status": {k: status[k] for k in ("phase", "reason", "startTime") if k in status},
     }

@@ -1,5 +1,5 @@
-"""Rules on the ConfigMaps: where each component reads the device config, the Ascend `vnpus:`
-mirror, and drift of what the operator renders (volcano-sh/volcano@v1.15.1:
+"""Rules on the ConfigMaps: where each component reads the device config and drift of what the
+operator renders (the Ascend `vnpus:` mirror: rules.vnpus) (volcano-sh/volcano@v1.15.1:
 pkg/scheduler/plugins/deviceshare/deviceshare.go and pkg/scheduler/api/devices/config/config.go,
 Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/util.go)."""
 
@@ -12,6 +12,12 @@ from typing import Any
 from vgpu_operator import contract
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.volcano.geometry import build_known_geometries, catalog_for
+from vgpu_operator.core.volcano.mig_memory import (
+    describe,
+    hardware_memory,
+    memory_corrections,
+    provably_above,
+)
 from vgpu_operator.core.volcano.render import (
     RenderError,
     desired_nvidia,
@@ -130,36 +136,6 @@ def check_location(s: ClusterSnapshot) -> Iterator[Issue]:
         )
 
 
-@rule("vnpus-mirror", "the scheduler's vnpus: equals the Ascend plugin's")
-def check_vnpus(s: ClusterSnapshot) -> Iterator[Issue]:
-    if not s.config.ascend_vnpu.enabled:
-        return
-    ref = s.config.ascend_vnpu.scheduler_device
-    source_cm = s.configmap(ref.namespace, ref.name)
-    source = vnpus_section(source_cm, ref.key)
-    sched = s.scheduler_device_config
-    if source is None:
-        yield error(
-            cm_ref(ref.namespace, ref.name),
-            f"{ref.namespace}/{ref.name} (the Ascend plugin's source) "
-            + ("does not exist" if source_cm is None else "has no vnpus: section"),
-            fix="deploy hami-scheduler-device (ascend-device-configmap.yaml) or turn "
-            "ascendVnpu.enabled off",
-        )
-        return
-    mirrored = vnpus_section(sched.cm, "device-config.yaml")
-    if plain(mirrored) != plain(source):
-        yield error(
-            (cm_ref(ref.namespace, ref.name), _ref(sched)),
-            f"the scheduler reads vnpus: from {sched.namespace}/{sched.name}, and it "
-            + ("is missing there" if mirrored is None else "differs from")
-            + f" the Ascend plugin's {ref.namespace}/{ref.name}: they disagree on chips, "
-            "templates or resource names",
-            fix=f"copy the vnpus: section of {ref.name} into {sched.name}",
-            fixable=True,
-        )
-
-
 def _operator_manages(s: ClusterSnapshot) -> bool:
     cm = s.configmap(s.config.device_config.namespace, s.config.device_config.name)
     return any(contract.ANN_CONFIG in annotations_of(n) for n in s.nodes) or (
@@ -180,7 +156,13 @@ def check_device_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
     vnpus = vnpus_section(src, s.config.ascend_vnpu.scheduler_device.key)
     try:
         rendered = render_device_config(
-            cm, s.config, "", mig_models=s.mig_gpu_names, reported=s.reported_models, vnpus=vnpus
+            cm,
+            s.config,
+            "",
+            mig_models=s.mig_gpu_names,
+            reported=s.reported_models,
+            vnpus=vnpus,
+            scheduler_version=s.scheduler_container.version if s.scheduler_container else None,
         )
     except RenderError as exc:
         yield error(
@@ -211,6 +193,15 @@ def check_device_rendered(s: ClusterSnapshot) -> Iterator[Issue]:
         )
     elif "knownMigGeometries" not in have:
         keys.append("knownMigGeometries (missing)")
+    lowered = list(
+        filter(provably_above, memory_corrections(geometries, hardware_memory(s.reported_models)))
+    )
+    if lowered:
+        keys.append(
+            "knownMigGeometries memory (above the instances': "
+            + "; ".join(describe(c) for c in lowered)
+            + ")"
+        )
     if cm is None:
         keys = ["the ConfigMap does not exist"]
     elif not keys:

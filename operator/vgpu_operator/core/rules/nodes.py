@@ -21,6 +21,11 @@ from vgpu_operator.core.volcano.geometry import (
     report_problem,
     reported_from_inventory,
 )
+from vgpu_operator.core.volcano.mig_memory import (
+    hardware_memory,
+    memory_corrections,
+    provably_above,
+)
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, Obj, labels_of, name_of
 from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.volcano import REGISTER_ANNOTATION, first_match
@@ -137,6 +142,36 @@ def check_mig_coverage(s: ClusterSnapshot) -> Iterator[Issue]:
             )
 
 
+@rule("mig-memory-above-hardware", "no MIG template promises more memory than its instance")
+def check_mig_memory(s: ClusterSnapshot) -> Iterator[Issue]:
+    """The scheduler gives a pod the first template whose memory covers its request
+    (`pickFromGroup`, volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go);
+    above the instance's real memory (core.volcano.mig_memory) the pod gets an instance too small
+    for it and runs out of memory (no HAMi-core limit in mig mode)."""
+    src = s.scheduler_device_config
+    if src.parsed is None:
+        return
+    ref = s.config.device_config
+    fixable = (src.namespace, src.name) == ref.ref()
+    hardware = hardware_memory(s.reported_models)
+    present = {*s.mig_gpu_names, *(r.nvml_name for r in s.reported_models)}
+    corrections = memory_corrections(s.scheduler_nvidia.geometries(), hardware)
+    for c in filter(provably_above, corrections):
+        # an error where a node has the GPU; a warning for a model no node has (enforce lowers
+        # it with the next write of the device config, not with a write and restarts of its own)
+        report = error if c.model in present else warning
+        yield report(
+            cm_ref(src.namespace, src.name),
+            f"knownMigGeometries gives {c.profile} of {c.model} ({c.group_name}) {c.memory} MiB, "
+            f"but the instance has {c.hardware} MiB (the lowest nvidia-smi mig -lgip or inventory "
+            f"figure): a pod asking {c.hardware + 1}-{c.memory} MiB gets it and runs out of memory",
+            fix=f"set its memory to {c.hardware} (enforce mode does)"
+            if fixable
+            else f"set its memory to {c.hardware} in {src.namespace}/{src.name}",
+            fixable=fixable,
+        )
+
+
 @rule("mig-geometry-reports", "agent inventories agree with the MIG catalog")
 def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
     """An inventory is anyone's who may annotate the Node: where it contradicts the built-in
@@ -153,7 +188,8 @@ def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
                     _node(node),
                     f"the inventory of {name_of(node)} reports {reported.nvml_name} MIG "
                     f"profiles that differ from the built-in catalog: {'; '.join(diff)}; "
-                    "knownMigGeometries keeps the catalog's values",
+                    "knownMigGeometries keeps the catalog's values, its memory lowered to the "
+                    "lower figure (mig-memory-above-hardware)",
                     fix="check the node's driver and the agent's inventory annotation "
                     f"({contract.ANN_INVENTORY}); a forged annotation changes nothing",
                 )

@@ -8,6 +8,8 @@ unknown version means for them."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from vgpu_operator.models.volcano_views import Version
 
 V1_10 = Version(1, 10, 0)
@@ -82,3 +84,31 @@ def scheduler_parses_string_bools(v: Version) -> bool:
     (a quoted "true" is true); up to v1.14.4 only a YAML boolean counts
     (volcano-sh/volcano@v1.15.0:pkg/scheduler/framework/arguments.go)."""
     return v >= Version(1, 15, 0)
+
+
+# How a scheduler version reads the top-level `vnpus:` of the device config:
+# "ignored": no such field (yaml.v2 skips unknown keys): volcano-sh/volcano@v1.13.0 to v1.13.3 and
+#   v1.14.0-alpha.0 (pkg/scheduler/api/devices/config/config.go: `Config` has `nvidia` only);
+# "list": `VNPUs []VNPUConfig`: volcano-sh/volcano@v1.14.0-alpha.1 to v1.14.3, v1.15.0-alpha.0 and
+#   v1.15.0 (same file); the wrapper mapping fails `yaml.Unmarshal` of the whole file and
+#   `InitDevicesConfig` keeps `GetDefaultDevicesConfig()` for the life of the process (`once.Do`),
+#   logged at V(3) only;
+# "both": `VNPUs VNPUsConfig` whose `UnmarshalYAML` takes the wrapper or the list:
+#   volcano-sh/volcano@v1.14.4, v1.15.1, v1.16.0-alpha.0 and v1.16.0-alpha.1
+#   (pkg/scheduler/api/devices/config/vnpu.go);
+# "unknown": the version is not known (no tag to read it from).
+# `Version` drops a pre-release suffix: v1.14.0-alpha.0 (ignores `vnpus:`) reads as v1.14.0 and is
+# treated as "list", which only makes the operator write the form it would ignore anyway.
+VnpusForm = Literal["ignored", "list", "both", "unknown"]
+
+
+def scheduler_vnpus_form(v: Version | None) -> VnpusForm:
+    """The `vnpus:` form a scheduler version parses (see above). Not in version order: v1.14.4
+    reads both forms, v1.15.0 (newer) only the list."""
+    if v is None:
+        return "unknown"
+    if v < Version(1, 14, 0):
+        return "ignored"
+    if v < Version(1, 14, 4) or Version(1, 15, 0) <= v < Version(1, 15, 1):
+        return "list"
+    return "both"

@@ -112,7 +112,13 @@ def configmaps(
         (
             cfg.device_config,
             lambda cm: render_device_config(
-                cm, cfg, stamp, mig_models=s.mig_gpu_names, reported=s.reported_models, vnpus=vnpus
+                cm,
+                cfg,
+                stamp,
+                mig_models=s.mig_gpu_names,
+                reported=s.reported_models,
+                vnpus=vnpus,
+                scheduler_version=s.scheduler_container.version if s.scheduler_container else None,
             ),
             "device config",
         ),

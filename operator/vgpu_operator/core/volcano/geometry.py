@@ -11,8 +11,10 @@ name>`.
 
 Sources of appended entries, in order: the operator config's catalog, the built-in defaults
 (A30, A100 40/80 GB, H100 80 GB, H200; memory values of the current plugin manifest where it has
-the model, else of `models.gpu_catalog`), the other models of `models.gpu_catalog`, and only for a
-model none of these knows, the profiles a node agent reports (`vgpu.volcano.sh/inventory`).
+the model, else of `models.gpu_catalog`, each lowered to what the instance surely has by
+core.volcano.mig_memory before it is written), the other models of `models.gpu_catalog`, and
+only for a model none of these knows, the profiles a node agent reports
+(`vgpu.volcano.sh/inventory`).
 
 The list is cluster-wide and append-only, and an inventory is written by whoever may annotate
 that Node: so an inventory never changes what the catalog says about a model it knows (a
@@ -46,9 +48,13 @@ BASE_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb$")  # no +me/-me/+gfx, no CI-only 
 
 @dataclass(frozen=True)
 class ReportedProfile:
+    """`memory_mib`: round(-lgip GiB x 1024) as the agent reports it today, or with `exact` the
+    driver's MiB (NVML `memorySizeMB`), taken as it is by core.volcano.mig_memory."""
+
     name: str
     memory_mib: int
     max_count: int
+    exact: bool = False
 
 
 @dataclass(frozen=True)

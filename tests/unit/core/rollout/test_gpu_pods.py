@@ -67,7 +67,6 @@ def test_every_gpu_resource_family_is_kept(resource: str) -> None:
         {"cpu": "2", "memory": "4Gi"},
         {"nvidia.com/gpu": "0"},
         {"example.com/fpga": "1"},
-        {"nvidia.com/gpu-like": "1"},  # a prefix of a name is not the name
         {"huawei.com/npu": "1"},
     ],
 )
@@ -86,7 +85,9 @@ def test_configured_vgpu_names_are_kept_besides_volcanos_own() -> None:
     assert holds_gpu(pod({"example.com/vgpu-count": "1"}), names)
     assert holds_gpu(pod({"example.com/mem": "100"}), names)
     assert holds_gpu(pod({"volcano.sh/vgpu-number": "1"}), names)  # Volcano >= 1.14.3's
-    assert not holds_gpu(pod({"example.com/vgpu-count": "1"}), DEFAULTS)
+    assert not holds_gpu(pod({"example.com/mem": "100"}), DEFAULTS)  # configured: not a default
+    # a name that says gpu is one, configured or not (a device plugin's renamed resource)
+    assert holds_gpu(pod({"example.com/vgpu-count": "1"}), DEFAULTS)
 
 
 def test_a_kept_pod_is_compacted_to_what_is_read() -> None:

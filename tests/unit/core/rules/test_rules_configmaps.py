@@ -1,4 +1,4 @@
-"""Where each component reads the device config, the vnpus: mirror, and rendered drift."""
+"""Where each component reads the device config, and rendered drift (vnpus: test_rules_vnpus)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from tests.kit.volcano_fixtures import (
     edit,
     findings,
     healthy,
+    rendered_manifest,
     replace,
     scheduler_cm,
     seed002,
     text,
 )
 from vgpu_operator.core.rules.base import Finding, ObjectRef
-from vgpu_operator.core.volcano.render import render_device_config, vnpus_section
 from vgpu_operator.models.config import load_config
 
 SCHED = ObjectRef(kind="ConfigMap", name="volcano-scheduler-configmap", namespace="volcano-system")
@@ -83,9 +83,7 @@ def test_pointing_the_scheduler_at_hami_scheduler_device_loses_nvidia() -> None:
 
 def test_two_copies_and_a_scheduler_reading_the_other_one() -> None:
     snap = healthy()
-    other = text("manifest_device_config.yaml").replace(
-        "deviceSplitCount: 10", "deviceSplitCount: 4"
-    )
+    other = rendered_manifest().replace("deviceSplitCount: 10", "deviceSplitCount: 4")
     snap = replace(
         snap,
         configmaps=[
@@ -138,52 +136,6 @@ def test_an_operator_config_the_plugin_cannot_read() -> None:
         "the plugin)",
         fix="set deviceConfig in the operator config to kube-system/volcano-vgpu-device-config",
     )
-
-
-def ascend_snapshot(mirrored: bool) -> Any:
-    cfg = load_config("ascendVnpu: {enabled: true}")
-    snap = healthy(cfg)
-    source = configmap(
-        "kube-system",
-        "hami-scheduler-device",
-        {"device-config.yaml": text("hami_scheduler_device.yaml")},
-    )
-    snap = replace(snap, configmaps=[*snap.configmaps, source])
-    if mirrored:
-
-        def mirror(c: dict[str, Any]) -> None:
-            out = render_device_config(
-                c,
-                cfg,
-                "t",
-                mig_models=["NVIDIA A100-SXM4-40GB"],
-                vnpus=vnpus_section(source, "device-config.yaml"),
-            )
-            c["data"] = out.data
-
-        snap = edit(snap, "configmaps", "volcano-vgpu-device-config", mirror)
-    return snap
-
-
-def test_vnpus_must_equal_the_ascend_plugins_source() -> None:
-    got = findings(ascend_snapshot(mirrored=False), "vnpus-mirror")
-    assert got == [
-        Finding(
-            id="vnpus-mirror",
-            severity="error",
-            objects=(
-                cm("kube-system", "hami-scheduler-device"),
-                cm("kube-system", "volcano-vgpu-device-config"),
-            ),
-            message="the scheduler reads vnpus: from kube-system/volcano-vgpu-device-config, and "
-            "it is missing there the Ascend plugin's kube-system/hami-scheduler-device: they "
-            "disagree on chips, templates or resource names",
-            fix="copy the vnpus: section of hami-scheduler-device into volcano-vgpu-device-config",
-            fixable_by_operator=True,
-        )
-    ]
-    assert findings(ascend_snapshot(mirrored=True), "vnpus-mirror") == []
-    assert findings(healthy(), "vnpus-mirror") == []  # Ascend off: nothing to mirror
 
 
 def test_drift_in_the_rendered_device_config() -> None:

@@ -82,7 +82,8 @@ HEALTHY = fit_context(healthy())
         ({NUMBER: "1", MEMORY: "24564"}, "hami-core"),  # exactly one RTX 4090
         ({MEMORY: "3000"}, None),  # memory only: one vGPU
         ({NUMBER: "1", SHARE: "50"}, None),
-        ({NUMBER: "1", MEMORY: "40960"}, "mig"),  # the 7g.40gb instance
+        # the 7g.40gb instance: 39.25 GiB in nvidia-smi mig -lgip, written as 40186 MiB
+        ({NUMBER: "1", MEMORY: "40186"}, "mig"),
         ({NUMBER: "1", MEMORY: "3000"}, "mig"),  # the smallest that holds it
         ({NUMBER: "1", MEMORY: "30000"}, None),  # too big for the 4090, fits an A100 instance
         ({"nvidia.com/gpu": "1"}, None),  # whole GPUs: not Volcano's vGPU to check
@@ -166,9 +167,9 @@ def test_mig_memory_larger_than_any_instance_of_the_geometries() -> None:
     assert cause.id == "no-mig-geometry" and cause.reason == "NoFittingMIGGeometry"
     assert cause.message == (
         "container main asks for 50000 MiB per vGPU in mig mode, but no MIG geometry of the MIG "
-        "nodes' GPUs has an instance that large: the largest is 40960 MiB "
+        "nodes' GPUs has an instance that large: the largest is 40186 MiB "
         "(kube-system/volcano-vgpu-device-config, knownMigGeometries). Fix: ask for at most "
-        "40960 MiB of vGPU memory, or run the pod in hami-core mode (remove volcano.sh/vgpu-mode)"
+        "40186 MiB of vGPU memory, or run the pod in hami-core mode (remove volcano.sh/vgpu-mode)"
     )
 
 
@@ -214,7 +215,7 @@ def test_memory_per_vgpu_larger_than_any_gpu() -> None:
 def test_memory_larger_than_every_gpu_and_every_mig_instance() -> None:
     [cause] = causes(pending({NUMBER: "1", MEMORY: "50000"}), HEALTHY)
     assert cause.id == "vgpu-memory-too-large"
-    assert "the largest has 40960" in cause.message
+    assert "the largest has 40186" in cause.message  # the 7g.40gb instance
 
 
 def test_vgpu_number_larger_than_the_gpus_of_any_node() -> None:

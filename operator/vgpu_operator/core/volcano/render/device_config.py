@@ -3,9 +3,10 @@
 The operator owns, in the `nvidia:` section: the four resource names, `gpuMemoryFactor`, the
 defaults (`deviceSplitCount`, `deviceMemoryScaling`, `deviceCoreScaling`, `defaultMemory`,
 `defaultCores`, `defaultGPUNum`, `overwriteEnv`) and `knownMigGeometries`, to which it only
-appends (core.volcano.geometry). With Ascend vNPU on it also owns the top-level `vnpus:` section, a
-copy
-of the one in `hami-scheduler-device` (the scheduler reads both sections from this one ConfigMap:
+appends (core.volcano.geometry), and whose MIG memory it lowers to what each instance surely has
+(core.volcano.mig_memory). With Ascend vNPU on it also owns the top-level `vnpus:` section, a copy
+of the one in `hami-scheduler-device` in the form the scheduler's version parses
+(render.vnpus; the scheduler reads both sections from this one ConfigMap:
 volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go). Every other section and key,
 and every comment, is kept.
 """
@@ -18,10 +19,19 @@ from typing import Any
 from pydantic import ValidationError
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from vgpu_operator.core.volcano.component_versions import scheduler_vnpus_form
 from vgpu_operator.core.volcano.geometry import (
     ReportedGpuModel,
     build_known_geometries,
     catalog_for,
+)
+from vgpu_operator.core.volcano.mig_memory import (
+    MemoryCorrection,
+    corrected,
+    describe,
+    hardware_memory,
+    memory_corrections,
+    provably_above,
 )
 from vgpu_operator.core.volcano.render.common import (
     Rendered,
@@ -34,8 +44,10 @@ from vgpu_operator.core.volcano.render.common import (
     plain,
     stamp,
 )
+from vgpu_operator.core.volcano.render.vnpus import keeps, vnpus_for_scheduler
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import MigGeometryEntry
+from vgpu_operator.models.volcano_views import Version
 
 GEOMETRIES_KEY = "knownMigGeometries"
 
@@ -73,6 +85,15 @@ def existing_geometries(nvidia: Mapping[str, Any]) -> list[MigGeometryEntry] | N
         return None
 
 
+def _lower_in_place(nvidia: MutableMapping[str, Any], fixes: Sequence[MemoryCorrection]) -> None:
+    """Set the corrected memory in the existing list (text and comments around it stay)."""
+    items = nvidia[GEOMETRIES_KEY]
+    for f in fixes:
+        items[f.entry]["allowedGeometries"][f.group]["geometries"][f.template]["memory"] = (
+            f.hardware
+        )
+
+
 def _set_geometries(nvidia: MutableMapping[str, Any], appended: Sequence[MigGeometryEntry]) -> None:
     items = [e.to_yaml_data() for e in appended]
     current = nvidia.get(GEOMETRIES_KEY)
@@ -92,15 +113,19 @@ def render_device_config(
     mig_models: Sequence[str] = (),
     reported: Sequence[ReportedGpuModel] = (),
     vnpus: Any = None,
+    scheduler_version: Version | None = None,
 ) -> Rendered:
     """Render the device config ConfigMap.
 
     `mig_models`: NVML names of the GPUs on MIG-mode nodes (each must end up covered);
     `reported`: the profiles node agents report; `vnpus`: the `vnpus:` value of
-    `hami-scheduler-device` to mirror (only used with `ascendVnpu.enabled`; None: leave as is).
+    `hami-scheduler-device` to mirror (only used with `ascendVnpu.enabled`; None: leave as is),
+    written in the form `scheduler_version` parses (None: not known).
     """
     ref = config.device_config
     current = cm_data(cm).get(ref.key, "")
+    later: list[MemoryCorrection] = []
+    lowered: list[MemoryCorrection] = []
     rt, doc = load_mapping(current, f"{ref.name}/{ref.key}", "overwrite")
     notes: list[str] = []
     changed = False
@@ -128,20 +153,46 @@ def render_device_config(
             from_inventory=config.mig_geometries.from_inventory,
             builtins=config.mig_geometries.builtins,
         )
-        if plan.appended or GEOMETRIES_KEY not in nvidia:
-            _set_geometries(nvidia, plan.appended)
+        fixes = memory_corrections(plan.entries, hardware_memory(reported))
+        kept = [f for f in fixes if f.entry < len(existing) and provably_above(f)]
+        # The figures of a GPU the cluster has are lowered now (a pod asking what the template
+        # promises gets less); those of a model no node has ride along with the next write,
+        # never a write (and the restarts it costs) of their own.
+        present = {*mig_models, *(r.nvml_name for r in reported)}
+        later = [f for f in kept if f.model not in present]
+        if urgent := [f for f in kept if f.model in present]:
+            _lower_in_place(nvidia, urgent)
+            changed = True
+        lowered = [*urgent, *(f for f in fixes if f.entry >= len(existing))]
+        appended = [
+            corrected(e, [f for f in fixes if f.entry == len(existing) + i])
+            for i, e in enumerate(plan.appended)
+        ]
+        if appended or GEOMETRIES_KEY not in nvidia:
+            _set_geometries(nvidia, appended)
             changed = True
         if plan.uncovered:
             notes.append(
                 "no knownMigGeometries entry for " + ", ".join(plan.uncovered) + " (add the "
                 "model to migGeometries.catalog in the operator config)"
             )
-    if config.ascend_vnpu.enabled and vnpus is not None and plain(doc.get("vnpus")) != plain(vnpus):
-        doc["vnpus"] = plain(vnpus)
-        changed = True
+    if config.ascend_vnpu.enabled and vnpus is not None:
+        form = scheduler_vnpus_form(scheduler_version)
+        desired = vnpus_for_scheduler(vnpus, form)
+        if not keeps(doc.get("vnpus"), desired, form):
+            doc["vnpus"] = desired
+            changed = True
     data = cm_data(cm)
     if not changed:
         return Rendered(data=data, notes=tuple(notes))
+    if later:
+        _lower_in_place(nvidia, later)
+        lowered += later
+    if lowered:
+        notes.append(
+            "knownMigGeometries memory lowered to the instances': "
+            + "; ".join(describe(f) for f in lowered)
+        )
     data[ref.key] = keep_trailing_newline(current, rt.dump(doc))
     return Rendered(
         data=data, annotations=stamp(now), changed=True, create=cm is None, notes=tuple(notes)
