@@ -9,6 +9,7 @@ keeps its lines.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import re
@@ -54,6 +55,16 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
         return json.dumps(out, ensure_ascii=True, default=str)
+
+
+def add_log_format(parser: argparse.ArgumentParser) -> None:
+    """`--log-format`, the same for the controller and the agent."""
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line (values escaped in both)",
+    )
 
 
 def setup(

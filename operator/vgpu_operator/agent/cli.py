@@ -25,6 +25,7 @@ import signal
 import sys
 from typing import Any
 
+from vgpu_operator import logs
 from vgpu_operator.agent.podresources_wire import DEFAULT_SOCKET
 from vgpu_operator.agent.podresources_wire import DEFAULT_TIMEOUT as DEFAULT_PR_TIMEOUT
 from vgpu_operator.agent.smi import DEFAULT_BINARY, DEFAULT_TIMEOUT, ENV_BINARY
@@ -87,12 +88,7 @@ def add_subcommand(sub: Any) -> None:
     )
     agent.add_argument("--once", action="store_true", help="act once, report and exit")
     agent.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    agent.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="text lines, or one JSON object per line (values escaped in both)",
-    )
+    logs.add_log_format(agent)
     agent.set_defaults(func=cmd_agent)
 
 

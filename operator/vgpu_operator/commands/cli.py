@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vgpu_operator import __version__
+from vgpu_operator import __version__, logs
 from vgpu_operator.commands import exitcodes
 
 Command = Callable[[argparse.Namespace], int]
@@ -157,12 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--identity", help="this replica's name in the Lease and user agent (default: host)"
     )
-    run.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="text lines, or one JSON object per line (values escaped in both)",
-    )
+    logs.add_log_format(run)
     run.set_defaults(func=cmd_run)
 
     crds = sub.add_parser("crds", help="print (or write) the CRDs generated from the models")
