@@ -117,10 +117,12 @@ cmd_install() {
 # --- the base from Debian's packages -------------------------------------------------------------
 
 # What runs: Python 3.11 with its standard library (venv included: the build stage makes the
-# virtualenv with it), the CA certificates. No pip, no setuptools, no apt (mmdebstrap's
-# `essential` variant); merged /usr; no documentation but the copyright files.
+# virtualenv with it), the CA certificates, and the C++ runtime grpcio's wheel links against
+# (the agent's kubelet PodResources call; the official Python slim image has it through apt).
+# No pip, no setuptools, no apt (mmdebstrap's `essential` variant); merged /usr; no
+# documentation but the copyright files.
 BASE_SUITE=bookworm
-BASE_PACKAGES=python3,ca-certificates
+BASE_PACKAGES=python3,ca-certificates,libstdc++6
 BASE_OPTIONS=(
   --variant=essential
   --include="$BASE_PACKAGES"

@@ -43,6 +43,7 @@ from kubernetes_asyncio import client
 
 from tests.cluster.agentkit import agent_kubeconfig_path, state_of
 from tests.cluster.helpers import NodeFactory, PolicyFactory, eventually, unique
+from tests.kit.podresources import PodResourcesDouble, socket_path
 from vgpu_devcluster import binaries
 from vgpu_devcluster.agentproc import FakeGpus, fake_model
 from vgpu_devcluster.cluster import free_port
@@ -317,6 +318,16 @@ def operator_sa(installed: Credentials) -> Path:
     return Path(installed.kubeconfig)
 
 
+@pytest.fixture
+def kubelet_dir() -> Iterator[str]:
+    """The directory of a kubelet PodResources socket, served by a double of the real API."""
+    kubelet = PodResourcesDouble(socket_path()).start()
+    try:
+        yield str(Path(kubelet.socket).parent)
+    finally:
+        kubelet.stop()
+
+
 async def test_controller_and_agent_from_the_image_converge_a_policy_and_doctor_agrees(
     api: client.ApiClient,
     operator_sa: Path,
@@ -325,6 +336,7 @@ async def test_controller_and_agent_from_the_image_converge_a_policy_and_doctor_
     policies: PolicyFactory,
     tmp_path: Path,
     containers: Engine,
+    kubelet_dir: str,
 ) -> None:
     engine = containers
     purelib = engine.run(
@@ -393,7 +405,9 @@ async def test_controller_and_agent_from_the_image_converge_a_policy_and_doctor_
     flags += [f"--env=FAKE_NVIDIA_SMI_STATE={fake.state}"]
     flags += security_flags(agent_pod, agent)
     flags += env_flags(agent, {"spec.nodeName": node})
-    flags += mount_flags(agent_pod, agent, {})
+    # the node's kubelet, as far as the agent asks it: its PodResources socket (a double that
+    # speaks the real API; no pod holds a device), in the directory the chart mounts
+    flags += mount_flags(agent_pod, agent, {"pod-resources": kubelet_dir})
     assert {"--privileged", "--user=0", "--read-only", "--pid=host"} <= set(flags), flags
     agent_log = tmp_path / "agent.log"
     agent_running = engine.start(agent_name, flags, agent["args"], agent_log)
