@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator
 
 from vgpu_operator import contract
-from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_factor
 from vgpu_operator.core.volcano.geometry import (
     build_known_geometries,
@@ -157,9 +157,10 @@ def check_mig_memory(s: ClusterSnapshot) -> Iterator[Issue]:
     present = {*s.mig_gpu_names, *(r.nvml_name for r in s.reported_models)}
     corrections = memory_corrections(s.scheduler_nvidia.geometries(), hardware)
     for c in filter(provably_above, corrections):
-        # an error where a node has the GPU; a warning for a model no node has (enforce lowers
-        # it with the next write of the device config, not with a write and restarts of its own)
-        report = error if c.model in present else warning
+        # an error where a node has the GPU; for a model no node has, no pod can get such an
+        # instance yet: said (info), and enforce lowers it with the next write of the device
+        # config, not with a write and restarts of its own
+        report = error if c.model in present else info
         yield report(
             cm_ref(src.namespace, src.name),
             f"knownMigGeometries gives {c.profile} of {c.model} ({c.group_name}) {c.memory} MiB, "

@@ -129,9 +129,9 @@ def test_report_mode_names_model_profile_and_both_figures() -> None:
     got = findings(snap, "mig-memory-above-hardware")
     first = next(f for f in got if "1g.5gb of NVIDIA A100-SXM4-40GB" in f.message)
     assert first.severity == "error" and first.fixable_by_operator
-    # no node has an A30: said, as a warning (enforce lowers it with the next write)
+    # no node has an A30: said (info: no pod can get one), lowered with the next write
     a30 = next(f for f in got if "of NVIDIA A30" in f.message)
-    assert a30.severity == "warning"
+    assert a30.severity == "info"
     assert first.message == (
         "knownMigGeometries gives 1g.5gb of NVIDIA A100-SXM4-40GB (group1) 5120 MiB, but the "
         "instance has 4858 MiB (the lowest nvidia-smi mig -lgip or inventory figure): a pod "
