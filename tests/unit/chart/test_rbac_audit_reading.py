@@ -5,6 +5,7 @@ ServiceAccounts are a Helm release's of the chart."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -83,8 +84,14 @@ def test_a_helm_release_is_found_from_the_service_accounts_helm_created() -> Non
         "system:serviceaccount:t-1:vo-1-agent",
     ]
     assert {"vo-1", "vo-1-objects", "vo-1-agent", "vo-1-cleanup"} <= release.bindings()
-    with pytest.raises(AssertionError, match="not found"):
-        rbackit.helm_releases([stored])
+    # the operator's chart (Helm made its Deployment) whose ServiceAccounts were not seen
+    deployment = event(
+        "admin", "create", "deployments", namespace="t-1", name="vo-1", agent="Helm/v3.22.0"
+    )
+    with pytest.raises(AssertionError, match=re.escape("not found: {'t-1'}")):
+        rbackit.helm_releases([stored, deployment])
+    # another chart's release (a CRD-only chart makes no Deployment): not the operator's
+    assert rbackit.helm_releases([stored]) == []
 
 
 def test_kubernetes_own_grants_to_every_user_are_told_apart() -> None:
