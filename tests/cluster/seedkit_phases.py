@@ -284,12 +284,10 @@ async def rolls(
     done: Callable[[], Awaitable[bool]],
     *,
     settle: bool = True,
-    timeout: float = 360,
+    timeout: float = 150,
 ) -> Rollout:
     """Make `change` and watch the nodes until `done` (and, with `settle`, no node is in
-    transition any more). The timeout covers the restart limit: a node's plugin pod replaced
-    at adoption is not replaced again within `restarts.minIntervalSeconds` (300 s), so a roll
-    that starts sooner waits for it (seen taking over 150 s in the session's full runs)."""
+    transition any more)."""
     seen = Rollout(nodes=list(nodes))
 
     async def finished() -> bool:
