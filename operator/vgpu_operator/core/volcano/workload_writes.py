@@ -34,7 +34,7 @@ from vgpu_operator.core.volcano.snapshot import (
     name_of,
     pod_done,
 )
-from vgpu_operator.core.volcano.write_plan import ConfigMapWrite, Restart, WorkloadPatch
+from vgpu_operator.core.volcano.write_plan import ConfigMapWrite, Restart, WorkloadPatch, WritePlan
 from vgpu_operator.models.placement import PlacementRecord
 from vgpu_operator.models.volcano_views import workload_view
 
@@ -208,7 +208,7 @@ def restarts(
         if w.due is None
     ]
     planned = plan_restarts(restart_inputs(s), record(ledger, rolled, now), settings, now)
-    pending = {(w.namespace, w.name) for w in patches if w.due is not None}
+    pending = WritePlan(workloads=tuple(patches)).pending(now)
     plugin = (s.config.device_plugin.namespace, s.config.device_plugin.name)
     out: list[Restart] = []
     for action in planned.actions:

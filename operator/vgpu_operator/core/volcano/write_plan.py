@@ -111,10 +111,6 @@ class WritePlan:
     # restarts: what `plan`'s findings are computed on
     after: ClusterSnapshot | None = None
 
-    def now(self, now: datetime) -> bool:
-        """Whether any write is due at `now`."""
-        return bool(self.configmaps) or any(d is None or d <= now for d in self._dues())
-
     def wake_at(self, now: datetime) -> datetime | None:
         """The earliest deferred write: when a pass should run again for it."""
         return min((d for d in self._dues() if d is not None and d > now), default=None)
