@@ -54,6 +54,7 @@ from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.kubeapi.events import EventPoster
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.volcano import registration
 from vgpu_operator.waiting import wait_set
 
 log = logging.getLogger("vgpu_operator.controller")
@@ -307,6 +308,11 @@ class Controller:
             return
         facts = change.item.facts
         if change.previous is not None and same_facts(change.previous.facts, facts):
+            if contract.ANN_ROLLOUT in facts.annotations and registration(
+                change.previous.obj
+            ) != registration(change.obj):
+                # a node in Verifying waits for the plugin's registration, which is not a fact
+                self.reconciler.request_nodes([change.name])
             return  # a heartbeat or another change the operator does not read
         self.request_configuration_pass()  # released config, inventory, labels or taints
         if self.reconciler.is_own_write(change.name, facts):

@@ -28,7 +28,7 @@ from vgpu_operator.core.rollout.decide import GpuPod, PluginReading, RolloutPlan
 from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of
 from vgpu_operator.core.rollout.plugin import plugin_readings
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION
+from vgpu_operator.models.volcano import registration
 
 log = logging.getLogger("vgpu_operator.rollout")
 
@@ -115,7 +115,7 @@ class RolloutDriver:
             else:
                 pods[name] = tuple(p for p in map(gpu_pod_of, on) if p is not None)
             obj = self.node_object(name) or {}
-            text = ((obj.get("metadata") or {}).get("annotations") or {}).get(REGISTER_ANNOTATION)
+            text = registration(obj)
             if text:
                 registrations[name] = text
         moving = [n for n, f in nodes.items() if contract.ANN_ROLLOUT in f.annotations]

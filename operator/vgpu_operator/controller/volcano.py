@@ -45,7 +45,7 @@ from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.core.volcano import restarts as planner
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 from vgpu_operator.models.config import OperatorConfig
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION
+from vgpu_operator.models.volcano import registration
 from vgpu_operator.waiting import run_passes, wait_set
 
 log = logging.getLogger("vgpu_operator.volcano")
@@ -136,7 +136,7 @@ class VolcanoReconciler:
             if self._registered.pop(name, None) is not None:
                 self.request()
             return
-        value = ((body.get("metadata") or {}).get("annotations") or {}).get(REGISTER_ANNOTATION)
+        value = registration(body)
         alloc = (body.get("status") or {}).get("allocatable") or {}
         digest = hash((value, tuple(sorted((k, str(v)) for k, v in alloc.items()))))
         if self._registered.get(name) != digest:

@@ -15,6 +15,7 @@ Parsed views of the scheduler conf and of DaemonSets/Deployments are in `volcano
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -356,3 +357,12 @@ def parse_register(value: str) -> list[RegisteredGpu]:
             )
         )
     return out
+
+
+def registration(node: Mapping[str, Any] | None) -> str | None:
+    """A Node's `volcano.sh/node-vgpu-register` annotation (None: the plugin has not
+    registered it). Not a node fact of the operator's, but what a node in Verifying waits for
+    (`core.rollout.arrive.registration_problem`)."""
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(REGISTER_ANNOTATION)
+    return str(value) if value is not None else None

@@ -16,6 +16,7 @@ from vgpu_operator.controller.kept import IndexedNode, indexed_node
 from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.kubeapi.credentials import Credentials
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
 
 class Requests:
@@ -67,6 +68,38 @@ async def test_node_events_ask_for_the_node_only_when_something_it_reads_changed
     assert requests.nodes == [["n"], ["n"]]  # the echo of the operator's own write
     await state.node_event(change(DELETED, node("6"), node("5")))
     assert requests.nodes == [["n"], ["n"], []]  # statuses count nodes: recompute them
+
+
+def registered(rv: str, text: str | None, rolling: bool) -> dict[str, Any]:
+    """A node whose device plugin registration reads `text`; `rolling`: in transition."""
+    obj = node(rv)
+    annotations: dict[str, str] = {}
+    if text is not None:
+        annotations[REGISTER_ANNOTATION] = text
+    if rolling:
+        annotations[contract.ANN_ROLLOUT] = '{"phase":"Verifying"}'
+    obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+async def test_a_new_registration_wakes_a_node_in_transition_only() -> None:
+    """A node in Verifying waits for the plugin's registration, which is not one of the node's
+    facts: its change must still ask for the node (seen stalling a roll when nothing else
+    happened to ask), and only for a node in transition."""
+    requests = Requests()
+    state = controller(requests)
+    old, new = (
+        "GPU-a,10,24564,NVIDIA-RTX,true,hami-core:",
+        "GPU-a,5,24564,NVIDIA-RTX,true,hami-core:",
+    )
+    await state.node_event(change(MODIFIED, registered("2", new, True), registered("1", old, True)))
+    assert requests.nodes == [["n"]]
+    await state.node_event(change(MODIFIED, registered("3", new, True), registered("2", new, True)))
+    assert requests.nodes == [["n"]]  # the same registration: nothing new to verify
+    await state.node_event(
+        change(MODIFIED, registered("5", old, False), registered("4", new, False))
+    )
+    assert requests.nodes == [["n"]]  # no transition: the configuration pass reads it alone
 
 
 def unlisted() -> Controller:
