@@ -5,7 +5,7 @@ From one snapshot (what `doctor` reads) and the policies, it runs the operator's
 order, each on the state the previous one leaves:
 1. the rollout (`core.rollout.decide.decide_cluster`, from each node's GPU pods and the plugin's
    registration, as the controller hands them): which changes are disruptive (a mode or MIG
-   layout change, `core.rollout.arrive.change_kind`), which nodes it takes now (cordon, drain)
+   layout change, `core.rollout.arrival.arrival_kind`), which nodes it takes now (cordon, drain)
    and which wait for room in the budget, and so the order (`maxUnavailable` at a time);
 2. the nodes: `core.nodes.planner.plan_cluster` with the rollout's steps (selection, ownership, the
    one PATCH per node, what is held back); the GPU pods running on each disruptive node;
@@ -33,7 +33,8 @@ from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
 from vgpu_operator.core.nodes.planner import NodePlan, plan_cluster
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
-from vgpu_operator.core.rollout.arrive import change_kind
+from vgpu_operator.core.rollout.arrival import arrival_kind
+from vgpu_operator.core.rollout.arrive import ChangeKind, NodeView
 from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds_gpu
 from vgpu_operator.core.rollout.leave import plan_with_leaves
@@ -58,7 +59,7 @@ from vgpu_operator.core.volcano.writes import (
 )
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import VGPUNodePolicySpec
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION, registration
 
 Obj = dict[str, Any]
 
@@ -74,7 +75,7 @@ class NodeChange:
     old_mode: str | None
     new_mode: str | None
     patch: Mapping[str, Any] | None = None
-    change: str = "none"  # core.rollout.arrive.change_kind: trivial, restart, disruptive
+    change: str = "none"  # core.rollout.arrival.arrival_kind: trivial, restart, disruptive
     disruptive: str | None = None  # why the change is disruptive (None: it is not)
     gpu_pods: tuple[str, ...] = ()  # namespace/name of the GPU pods running there
     step: str | None = None  # what the rollout does to the node in this pass
@@ -139,12 +140,23 @@ def _gpu_pods(s: ClusterSnapshot, node: str) -> tuple[str, ...]:
     )
 
 
-def _disruption(current: NodeConfig | None, wanted: NodeConfig | None) -> str | None:
-    """Why a change of the released configuration is disruptive (None: it is not), as the
-    rollout classifies it (`core.rollout.arrive.change_kind`)."""
-    if change_kind(wanted, current) != "disruptive":
+def _kind(raw: Mapping[str, Any], s: ClusterSnapshot, wanted: NodeConfig | None) -> ChangeKind:
+    """How the node changes to `wanted`, exactly as the rollout classifies it
+    (`core.rollout.arrival.arrival_kind`: a first configuration over GPU consumers included)."""
+    facts = node_facts(raw)
+    pods = tuple(GpuPod(key) for key in _gpu_pods(s, facts.name))
+    view = NodeView(facts=facts, owner=None, pods=pods, registration=registration(raw))
+    return arrival_kind(wanted, view)
+
+
+def _disruption(
+    current: NodeConfig | None, wanted: NodeConfig | None, kind: ChangeKind
+) -> str | None:
+    """Why the change is disruptive (None: it is not)."""
+    if kind != "disruptive" or wanted is None:
         return None
-    assert wanted is not None and current is not None
+    if current is None:
+        return f"first configuration ({wanted.mode}) over running GPU pods may change the GPUs"
     if current.mode != wanted.mode:
         return f"mode {current.mode} -> {wanted.mode}"
     return "MIG layout changes"
@@ -198,7 +210,8 @@ def _node_change(
         wanted = after.target if after.target is not None else after.config
     elif step is not None:
         wanted = node_facts(raw).target
-    disruptive = _disruption(now, wanted)
+    kind = _kind(raw, s, wanted) if wanted is not None else "trivial"
+    disruptive = _disruption(now, wanted, kind)
     return NodeChange(
         node=plan.node,
         action=plan.action,
@@ -207,7 +220,7 @@ def _node_change(
         old_mode=plan.old_mode,
         new_mode=plan.new_mode,
         patch=plan.patch,
-        change=change_kind(wanted, now) if wanted is not None else "trivial",
+        change=kind,
         disruptive=disruptive,
         gpu_pods=_gpu_pods(s, plan.node) if disruptive else (),
         step=_step_text(step),

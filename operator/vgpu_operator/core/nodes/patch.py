@@ -84,16 +84,16 @@ def desired_for(policy: VGPUNodePolicy | None) -> Desired:
 
 def release(
     target: NodeConfig, current: NodeConfig | None, step: NodeStep | None = None
-) -> NodeConfig:
+) -> NodeConfig | None:
     """The configuration released to the node (what the agent applies). A node the rollout
     (`core.rollout.decide`) has a step for gets the step's configuration, or keeps the one it has
-    until the step releases it; any other node gets `target` at once (no change the rollout
-    must pace: the first configuration, or nothing the GPUs or the plugin read)."""
+    (none, for a first configuration the gate holds) until the step releases it; any other node
+    gets `target` at once (no change the rollout must pace)."""
     if step is None:
         return target
     if step.config is not None:
         return step.config
-    return current if current is not None else target
+    return current
 
 
 PARKED = NodeConfig(mode="whole-gpu")

@@ -44,12 +44,12 @@ from vgpu_operator.core.nodes.patch import desired_for
 from vgpu_operator.core.nodes.selection import select
 from vgpu_operator.core.nodes.step import NodeEvent, NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
+from vgpu_operator.core.rollout.arrival import arrival_kind
 from vgpu_operator.core.rollout.arrive import (
     GpuPod,
     NodeContext,
     NodeView,
     advance,
-    change_kind,
     due_at,
     start,
 )
@@ -196,7 +196,7 @@ def decide(
                 spec=spec,
                 target=target,
                 target_text=want.target_text if want is not None else None,
-                kind=change_kind(target, v.facts.config),
+                kind=arrival_kind(target, v),
                 generation=policy.generation if policy is not None else 0,
                 now=now,
                 refusals=refusals or {},
