@@ -1,10 +1,12 @@
 """Logging for the controller and the agent: plain text or one JSON object per line.
 
 Messages carry text from the cluster (ConfigMap contents, annotation values, apiserver
-messages). Neither format lets that text forge a line: `json` escapes every value (one object
-per line, non-ASCII escaped too, so no Unicode line separator gets through), and `text` writes
-the message's line breaks and other control characters as escapes (`\\n`); only a traceback
-keeps its lines.
+messages). Neither format lets that text forge a line or hide what it says: `json` escapes every
+value (one object per line, non-ASCII and DEL escaped too, so no Unicode line separator gets
+through), and `text` writes every control character as an escape (`\\n`, `\\x85`): C0 and DEL,
+the C1 controls (NEL U+0085 is a line break to some log pipelines, U+009B a one-byte CSI to
+terminals), the Unicode line and paragraph separators, and the bidirectional formatting
+characters (U+202E would show a line reversed). Only a traceback keeps its line breaks.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from typing import Any, Literal
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+# C0, DEL and C1 controls; the Arabic letter mark, the left-to-right and right-to-left marks; the
+# line and paragraph separators and the bidirectional embeddings and overrides (U+2028-U+202E);
+# the bidirectional isolates (U+2066-U+2069); the byte order mark.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 
 
 def escape(text: str) -> str:
@@ -27,12 +32,23 @@ def escape(text: str) -> str:
     return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
 
 
+def _escape_lines(text: str) -> str:
+    return "\n".join(escape(line) for line in text.split("\n"))
+
+
 class TextFormatter(logging.Formatter):
-    """The usual `asctime level name message` line, the message escaped."""
+    """The usual `asctime level name message` line, the message escaped; a traceback keeps its
+    line breaks, everything else in it escaped."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape(record.message)
         return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return _escape_lines(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _escape_lines(super().formatStack(stack_info))
 
 
 class JsonFormatter(logging.Formatter):
@@ -54,7 +70,8 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(out, ensure_ascii=True, default=str)
+        # ensure_ascii escapes everything above U+007F; DEL is the one control JSON leaves be
+        return json.dumps(out, ensure_ascii=True, default=str).replace("\x7f", "\\u007f")
 
 
 def add_log_format(parser: argparse.ArgumentParser) -> None:

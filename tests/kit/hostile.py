@@ -142,6 +142,18 @@ INVENTORY_TEXTS = [
 ]
 REGISTER_TEXTS = ["GPU-0,10,24564,NVIDIA-NVIDIA GeForce RTX 4090,true,hami-core:"]
 
+# The hostile inputs of the review of 2026-11-25, by its case names: the `nvidia.com/gpu.count`
+# of a node with a released configuration and no inventory (node04 "9"*63: OverflowError; node05
+# 10^12: MemoryError; 10^8: 3.8 GiB; node09 200000: a 5.2 MiB node-config), GPU names in an
+# inventory that shadow other models' MIG geometry (geo01 "B", geo02 "H1"), the instances
+# nvidia-smi lists on one GPU (smi13: 24 took 21 s to plan), Retry-After headers (misc01) and
+# characters a text log must escape (misc02: NEL, the one-byte CSI, RLO, and U+2028).
+GPU_COUNTS = ["9" * 63, "1000000000000", "100000000", "200000"]
+SHADOWING_GPU_NAMES = ["B", "H1"]
+LISTED_INSTANCES = 24
+RETRY_AFTER_HEADERS = ["inf", "1e309", "nan", "-5", "Wed, 21 Oct 2026 07:28:00 GMT"]
+LOG_CONTROLS = ["\x85", "\x9b", "\u202e", "\u2028", "\r", "\n"]
+
 
 def annotations() -> st.SearchStrategy[dict[str, str]]:
     """A Node's annotations of the node contract (and the plugin's register), any of them any

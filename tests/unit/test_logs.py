@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.kit import hostile
 from vgpu_operator import logs
 from vgpu_operator.commands.cli import build_parser
 
@@ -77,3 +78,43 @@ def test_setup_routes_every_logger_through_the_format(capsys: pytest.CaptureFixt
     assert len(lines) == 1
     data = json.loads(lines[0])
     assert data["message"] == f"outcome: {FORGED}" and data["node"] == "n1"
+
+
+# The review's misc02: NEL and the one-byte CSI (C1 controls) and RLO passed the text format
+# unescaped; every line separator of Unicode and each control of C0, DEL and C1 is escaped now.
+C1_AND_FRIENDS = [*hostile.LOG_CONTROLS, "\u2029", "\x80", "\x9f", "\x7f"]
+SEPARATORS = ["\n", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("char", C1_AND_FRIENDS)
+def test_text_escapes_c1_controls_bidi_overrides_and_separators(char: str) -> None:
+    line = logs.TextFormatter("%(message)s").format(record("a%sb", char))
+    assert char not in line
+    assert line == "a" + char.encode("unicode_escape").decode("ascii") + "b"
+
+
+def test_no_character_that_splits_a_line_or_controls_a_terminal_gets_through() -> None:
+    every = "".join(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)])
+    text = logs.escape(every + "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2069\ufeff")
+    assert text.isascii() and text.isprintable()
+    assert len(text.splitlines()) == 1
+    assert all(len(("x" + s + "y").splitlines()) == 2 for s in SEPARATORS)  # what they would do
+    # printable text, and letters beyond ASCII, are left alone
+    assert logs.escape("GPU ü 日本 ok") == "GPU ü 日本 ok"
+
+
+def test_a_traceback_keeps_its_lines_and_loses_its_controls() -> None:
+    try:
+        raise ValueError("bad\x85\x9b2Jvalue")
+    except ValueError:
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    text = logs.TextFormatter("%(message)s").format(rec)
+    assert "\x85" not in text and "\x9b" not in text
+    assert "ValueError: bad\\x85\\x9b2Jvalue" in text
+    assert text.count("\n") >= 2  # "failed", "Traceback ...", the frames
+
+
+def test_json_escapes_every_control_including_del() -> None:
+    line = logs.JsonFormatter().format(record("%s", "".join(C1_AND_FRIENDS)))
+    assert line.isascii() and line.isprintable()
+    assert json.loads(line)["message"] == "".join(C1_AND_FRIENDS)

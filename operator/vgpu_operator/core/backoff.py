@@ -20,6 +20,7 @@ monotonic scale the caller keeps to), and the randomness is injectable for tests
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -71,8 +72,8 @@ class Backoff(Generic[K]):
             base = min(self.cap, before.delay * self.factor)
             attempts, since = before.attempts + 1, before.since
         wait = base * (1.0 + self.jitter * self._rand())
-        if retry_after is not None and retry_after > wait:
-            wait = retry_after
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > wait:
+            wait = retry_after  # (an infinite one would park the key for good: ignored)
         next_at = now + wait
         self._failures[key] = Failure(attempts, message, since, next_at, base)
         return next_at

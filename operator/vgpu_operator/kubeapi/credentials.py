@@ -5,7 +5,8 @@ separated by ':' as in $KUBECONFIG), then $KUBECONFIG, then the in-cluster Servi
 the token file and `KUBERNETES_SERVICE_HOST` are there), then `~/.kube/config`. The loading is
 kubernetes-asyncio's own (`config.load_kube_config`, `InClusterConfigLoader`): CA file or inline
 data, client certificate and key (file or data), token, `tokenFile`, `exec` plugins (token or
-client certificate), `--context`, several files merged.
+client certificate), `--context`, several files merged. An exec plugin gets `exec_timeout`
+seconds (30 by default), then it is stopped and the load fails (`kubeapi.exec_plugin`).
 
 The library reads a `tokenFile` once and runs an exec plugin only when asked, so the project owns
 renewal (`renew`):
@@ -36,6 +37,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.config import kube_config
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
+from vgpu_operator.kubeapi.exec_plugin import EXEC_TIMEOUT, exec_timeout, install_bounds
 from vgpu_operator.kubeapi.request import AuthHealth, Client
 
 log = logging.getLogger("vgpu_operator.kubeapi")
@@ -58,6 +60,7 @@ class Credentials:
     context: str | None = None
     sa_dir: Path = SA_DIR
     environ: dict[str, str] = field(default_factory=dict)  # KUBERNETES_SERVICE_HOST/PORT
+    exec_timeout: float = EXEC_TIMEOUT  # seconds an exec plugin may take (kubeapi.exec_plugin)
 
     @property
     def in_cluster(self) -> bool:
@@ -93,13 +96,15 @@ class Credentials:
             return Renewal(self, token_file=True, expires=None)
         if not _any_exists(self.kubeconfig or ""):
             raise CredentialsError(f"{self.describe()}: no such file")
+        install_bounds()
         try:
-            loader = await kube_config.load_kube_config(
-                config_file=self.kubeconfig,
-                context=self.context,
-                client_configuration=cfg,
-                persist_config=False,
-            )
+            with exec_timeout(self.exec_timeout):
+                loader = await kube_config.load_kube_config(
+                    config_file=self.kubeconfig,
+                    context=self.context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
         except Exception as exc:
             raise CredentialsError(f"{self.describe()}: {type(exc).__name__}: {exc}") from exc
         _trim_token(cfg)

@@ -14,12 +14,14 @@ kubernetes_asyncio's `ApiException`, so code that catches the library's exceptio
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio.client.rest import ApiException
 
 __all__ = [
+    "RETRY_AFTER_CAP",
     "ApiError",
     "ApiException",
     "Conflict",
@@ -36,6 +38,11 @@ __all__ = [
 ]
 
 MESSAGE_LIMIT = 1024  # of the apiserver's message, as kept for logs and status
+# The longest wait a `Retry-After` may impose. The apiserver asks for a second or so (priority
+# and fairness, max-in-flight); `inf`, `1e309` or a day could only come from a proxy or a bug,
+# and would park the object until the controller restarts. Ten minutes is twice the backoff's
+# own cap (core.backoff), so an honest long Retry-After still counts.
+RETRY_AFTER_CAP = 600.0
 
 
 class ApiError(ApiException):
@@ -147,11 +154,16 @@ def status_message(body: str) -> str:
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The `Retry-After` header in seconds (the apiserver sends delta-seconds), if any."""
+    """The `Retry-After` header in seconds, at most `RETRY_AFTER_CAP`; None when absent or not
+    delta-seconds (RFC 9110 section 10.2.3: a non-negative number; an HTTP-date, `nan` or a
+    negative number is ignored, and the caller's own backoff applies)."""
     for key, value in headers.items():
         if key.lower() == "retry-after":
             try:
-                return max(0.0, float(value))
+                seconds = float(str(value).strip())
             except ValueError:
                 return None
+            if math.isnan(seconds) or seconds < 0:
+                return None
+            return min(seconds, RETRY_AFTER_CAP)
     return None

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
+from vgpu_operator.bounds import MAX_GPUS_PER_NODE
 from vgpu_operator.models.admission import AdmissionRule, PolicyModel, cel_rules
 
 MIG_PROFILE_PATTERN = r"^[1-8]g\.[0-9]+gb(\+me)?$"
@@ -25,7 +26,7 @@ class FilterDevices(PolicyModel):
     """GPUs the device plugin must not register on the node."""
 
     uuid: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    index: list[Annotated[int, Field(ge=0, le=63)]] = Field(default_factory=list)
+    index: list[Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE - 1)]] = Field(default_factory=list)
 
 
 class HamiCoreSpec(PolicyModel):

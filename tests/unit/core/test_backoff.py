@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from vgpu_operator.core.backoff import Backoff
@@ -135,3 +137,10 @@ def test_a_long_run_of_failures_stays_at_the_cap() -> None:
 def test_nonsense_parameters_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="need 0 < initial"):
         Backoff(**kwargs)
+
+
+@pytest.mark.parametrize("retry_after", [math.inf, math.nan, -math.inf])
+def test_a_retry_after_that_is_no_number_of_seconds_is_ignored(retry_after: float) -> None:
+    # an infinite one would park the object until restart (the review's misc01; kubeapi.errors
+    # caps what it reads, and this guards whatever else passes one)
+    assert fixed(0.0).failed(NODE, 100.0, retry_after=retry_after) == 101.0

@@ -47,6 +47,7 @@ from vgpu_operator.models.inventory import (
 from vgpu_operator.models.node import NodeConfig
 
 __all__ = [
+    "MAX_MIG_SLICES",
     "GpuPlan",
     "GpuTarget",
     "LayoutError",
@@ -57,6 +58,7 @@ __all__ = [
     "plan_node",
     "synthetic_gpu",
     "synthetic_inventory",
+    "too_many_instances",
 ]
 
 
@@ -72,6 +74,13 @@ class StepKind(StrEnum):
 DESTRUCTIVE = frozenset(
     {StepKind.DESTROY_CI, StepKind.DESTROY_GI, StepKind.SET_MODE, StepKind.RESET}
 )
+
+# Every GPU instance, and every compute instance, takes at least one compute slice, and no MIG
+# GPU has more than 7 of them (8 memory slices: the A100, H100, H200 and B200; the A30 has 4 of
+# each), so a listing with more instances than the GPU's compute slices cannot be the hardware's:
+# it is refused. Whatever a driver-reported geometry says, this caps it, and with it the
+# planner's search (`_diff`: at most 2^8 subsets of instances to keep).
+MAX_MIG_SLICES = 8
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,9 @@ def plan_gpu(gpu: GpuInfo, target: GpuTarget, geometry: Geometry | None) -> GpuP
     kept: tuple[int, ...] = ()
     deferred = False
     live = list(gpu.instances) if gpu.mig_current else []
+    refused = too_many_instances(gpu, live, geometry)
+    if refused is not None:
+        return GpuPlan(gpu.index, target, error=refused)
     if target.mig is False:
         if gpu.mig_current or gpu.mig_pending:
             steps += _destroy_all(gpu.index, live)
@@ -215,6 +227,23 @@ def plan_gpu(gpu: GpuInfo, target: GpuTarget, geometry: Geometry | None) -> GpuP
     return GpuPlan(gpu.index, target, steps=tuple(steps), kept=kept, deferred=deferred)
 
 
+def too_many_instances(
+    gpu: GpuInfo, live: list[GpuInstance], geometry: Geometry | None
+) -> str | None:
+    """Why the listed instances cannot be the GPU's (None: they can): more GPU or compute
+    instances than it has compute slices. Nothing is planned from such a listing."""
+    slices = min(geometry.compute_slices, MAX_MIG_SLICES) if geometry else MAX_MIG_SLICES
+    cis = sum(len(gi.cis) for gi in live)
+    for count, what in ((len(live), "GPU instances"), (cis, "compute instances")):
+        if count > slices:
+            return (
+                f"GPU {gpu.index} ({gpu.name}): nvidia-smi lists {count} {what}, more than its "
+                f"{slices} compute slices allow; nothing is planned from that listing (check "
+                "`nvidia-smi mig -lgi` and `-lci` on the node, and the driver)"
+            )
+    return None
+
+
 def _listed(gpu: GpuInfo) -> bool:
     """Whether the driver listed this GPU's profiles (the catalog's do not count for planning:
     the driver's listing wins, e.g. an A100 80GB PCIe on driver 515 has no profile 15)."""
@@ -245,7 +274,9 @@ def _diff(
     """Steps from the live instances to `profiles`, keeping as many live instances as can stay.
 
     Subsets of the reusable instances are tried largest first; the first whose complement can
-    be placed around it wins. At most 7 instances per GPU, so at most 128 subsets.
+    be placed around it wins. Only instances of a wanted profile are candidates, and a listing
+    of more instances than slices never gets here (`too_many_instances`): at most 2^8 subsets
+    (2^7 on every real GPU), not 2^24 for a listing of 24.
     """
     want: dict[int, int] = {}
     shapes: dict[int, Shape] = {}
@@ -260,6 +291,8 @@ def _diff(
         for gi in sorted(live, key=lambda g: (g.start, g.id))
         if gi.profile_id in shapes and _reusable(gi, shapes[gi.profile_id])
     ]
+    if len(candidates) > MAX_MIG_SLICES:  # pragma: no cover - refused before (plan_gpu)
+        return None
     for k in range(len(candidates), -1, -1):
         for keep in combinations(candidates, k):
             left = dict(want)

@@ -5,7 +5,8 @@
   spec-level rules below make the policy unusable: the condition says Stalled/InvalidSpec.
 - `spec_problems`: rules needing no node (static layouts whose GPU selections overlap).
 - `node_problems`: the policy against one node's hardware (GFD labels): MIG on a GPU without MIG,
-  a static layout the GPU model cannot hold, a GPU index the node does not have.
+  a static layout the GPU model cannot hold, a GPU index the node does not have, a GPU count
+  over what a node may have (`vgpu_operator.bounds`).
 
 What the operator may write to a node (collisions with what users set, the owned record, writes
 the apiserver would refuse): `core.nodes.ownership`.
@@ -23,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vgpu_operator import contract
+from vgpu_operator import bounds, contract
 from vgpu_operator.core.mig import place as mig_place
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.models import gpu_catalog
@@ -264,6 +265,24 @@ def no_gpu_evidence(facts: NodeFacts, mode: str) -> Problem:
     )
 
 
+def gpu_count_out_of_bounds(facts: NodeFacts) -> Problem | None:
+    """A GPU count label over `bounds.MAX_GPUS_PER_NODE` (or negative): the node is refused,
+    whatever else it shows; the other nodes of the pool proceed."""
+    label = facts.labels.get(contract.GFD_COUNT)
+    problem = bounds.count_out_of_bounds(label) if label is not None else None
+    if problem is None:
+        return None
+    return Problem(
+        "metadata.labels",
+        "GpuCountOutOfBounds",
+        f"node {facts.name}: label {contract.GFD_COUNT} {problem}; the operator writes nothing "
+        "to it",
+        f"correct or remove the label (kubectl label node {facts.name} {contract.GFD_COUNT}-); "
+        "GPU Feature Discovery writes it again from the driver",
+        facts.name,
+    )
+
+
 def node_problems(
     facts: NodeFacts, spec: VGPUNodePolicySpec, *, require_evidence: bool = True
 ) -> list[Problem]:
@@ -272,6 +291,8 @@ def node_problems(
     reported and never written (unless `require_evidence` is off)."""
     if require_evidence and gpu_evidence(facts, spec.mode) is None:
         return [no_gpu_evidence(facts, spec.mode)]
+    if spec.mode != "ascend-vnpu" and (too_many := gpu_count_out_of_bounds(facts)) is not None:
+        return [too_many]
     mig = spec.effective_mig()
     if mig is None:
         return []
@@ -308,7 +329,7 @@ def node_problems(
     if mig.partitioning != "static":
         return []
     problems: list[Problem] = []
-    count = _int(facts.labels.get(contract.GFD_COUNT))
+    count = bounds.gpu_count(facts.labels.get(contract.GFD_COUNT))
     for i, entry in enumerate(mig.layout):
         if entry.gpus != "all" and count is not None:
             missing = sorted(g for g in entry.gpus if g >= count)
@@ -358,10 +379,3 @@ def _layout_fit(
             )
         ]
     return []
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None

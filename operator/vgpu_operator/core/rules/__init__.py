@@ -7,8 +7,8 @@ returns `Finding`s: the issues with the id of the rule that reported them.
 from __future__ import annotations
 
 # The import order is the order of the rules in reports: scheduler conf, ConfigMaps, vnpus, plugin
-# names and flags, plugin DaemonSets, versions, nodes, pods, legacy and Ascend MindCluster, then
-# the payloads that do not parse.
+# names and flags, plugin DaemonSets, versions, nodes, the bounds on what nodes write, pods,
+# legacy and Ascend MindCluster, then the payloads that do not parse.
 # isort: off
 from vgpu_operator.core.rules import scheduler  # noqa: F401
 from vgpu_operator.core.rules import configmaps  # noqa: F401
@@ -17,6 +17,7 @@ from vgpu_operator.core.rules import plugin  # noqa: F401
 from vgpu_operator.core.rules import plugin_daemonsets  # noqa: F401
 from vgpu_operator.core.rules import versions  # noqa: F401
 from vgpu_operator.core.rules import nodes  # noqa: F401
+from vgpu_operator.core.rules import node_bounds  # noqa: F401
 from vgpu_operator.core.rules import pods  # noqa: F401
 from vgpu_operator.core.rules import legacy_ascend  # noqa: F401
 from vgpu_operator.core.rules import payloads  # noqa: F401

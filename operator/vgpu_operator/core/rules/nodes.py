@@ -11,24 +11,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from vgpu_operator import contract
+from vgpu_operator import bounds, contract
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_factor
 from vgpu_operator.core.volcano.geometry import (
     build_known_geometries,
     catalog_for,
     disagreements,
+    known_names,
     report_problem,
     reported_from_inventory,
+    shadowed,
 )
 from vgpu_operator.core.volcano.mig_memory import (
     hardware_memory,
+    may_correct,
     memory_corrections,
     provably_above,
 )
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, Obj, labels_of, name_of
 from vgpu_operator.models import gpu_catalog
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION, first_match
+from vgpu_operator.models.volcano import REGISTER_ANNOTATION, device_type, first_match
 
 MAX_MEMORY_ENTRIES = 60000
 
@@ -176,13 +179,44 @@ def check_mig_memory(s: ClusterSnapshot) -> Iterator[Issue]:
 @rule("mig-geometry-reports", "agent inventories agree with the MIG catalog")
 def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
     """An inventory is anyone's who may annotate the Node: where it contradicts the built-in
-    MIG catalog for a model the catalog knows, or reports a model no catalog knows in a way that
-    fails the sanity check, knownMigGeometries is not taken from it (core.volcano.geometry) and this
-    says so. Neither is ever written."""
+    MIG catalog for a model the catalog knows, reports a model no catalog knows in a way that
+    fails the sanity check, or names a GPU no catalog knows by a part of another GPU's name
+    (`H1` of `NVIDIA H100 80GB HBM3`: core.volcano.geometry `shadowed`), knownMigGeometries is
+    not taken from it and this says so. Neither is ever written. A model no catalog knows that
+    is taken from an inventory is said too (info), and one another model's entry serves (its
+    figures do not lower that entry: core.volcano.mig_memory `may_correct`)."""
     required = set(s.mig_gpu_names)
+    geometries = s.scheduler_nvidia.geometries()
+    listed = [m for e in geometries for m in e.models]
+    others = known_names(catalog_for(s.config), required, listed, _reported_names(s))
     for node in s.nodes:
         inv = s.inventory(node)
         for reported in reported_from_inventory(inv) if inv is not None else []:
+            hits = _shadowing(s, reported.nvml_name, others)
+            if hits:
+                more = f" and {len(hits) - 3} more" if len(hits) > 3 else ""
+                yield warning(
+                    _node(node),
+                    f"the inventory of {name_of(node)} ({contract.ANN_INVENTORY}, gpus[].name) "
+                    f"names a GPU {_short(reported.nvml_name)}, which no catalog knows and which "
+                    f"is part of the name of {', '.join(hits[:3])}{more}: as a "
+                    "knownMigGeometries model it would match those GPUs too (the components "
+                    "match by substring), so nothing is taken from it",
+                    fix="check the node's agent and its inventory annotation; to cover a real "
+                    "model of that name, add it to migGeometries.catalog in the operator config",
+                )
+                continue
+            served = first_match(geometries, reported.nvml_name)
+            if served is not None and not may_correct(served, reported.nvml_name):
+                yield info(
+                    _node(node),
+                    f"the inventory of {name_of(node)} reports {_short(reported.nvml_name)}, "
+                    "which no catalog knows; the components serve it with the knownMigGeometries "
+                    f"entry of {', '.join(served.models)} (by substring), whose figures no "
+                    "inventory of another name changes",
+                    fix="if the model is real and differs, add its own entry to "
+                    "migGeometries.catalog in the operator config",
+                )
             diff = disagreements(reported)
             if diff:
                 yield warning(
@@ -199,18 +233,41 @@ def check_reports(s: ClusterSnapshot) -> Iterator[Issue]:
             known = gpu_catalog.model_for_name(reported.nvml_name) is not None or any(
                 e.matches(f"NVIDIA-{reported.nvml_name}") for e in catalog_for(s.config)
             )
-            if (
-                problem is not None
-                and reported.nvml_name in required
-                and not known
-                and s.config.mig_geometries.from_inventory
-            ):
+            if known or reported.nvml_name not in required:
+                continue
+            if problem is not None and s.config.mig_geometries.from_inventory:
                 yield warning(
                     _node(node),
                     f"the inventory of {name_of(node)} reports {reported.nvml_name}, which no "
                     f"catalog knows, but {problem}: it is not added to knownMigGeometries",
                     fix="add the model to migGeometries.catalog in the operator config",
                 )
+            elif problem is None and s.config.mig_geometries.from_inventory:
+                yield info(
+                    _node(node),
+                    f"the inventory of {name_of(node)} reports {reported.nvml_name}, which no "
+                    "catalog knows: its knownMigGeometries entry is made from this report, with "
+                    f"the model string {reported.nvml_name!r}",
+                    fix="to pin the model's geometry, add it to migGeometries.catalog in the "
+                    "operator config",
+                )
+
+
+def _reported_names(s: ClusterSnapshot) -> list[str]:
+    return [r.nvml_name for r in s.reported_models]
+
+
+def _shadowing(s: ClusterSnapshot, name: str, others: set[str]) -> list[str]:
+    """The GPUs an inventory's model name would shadow, for a name no catalog knows."""
+    if gpu_catalog.model_for_name(name) is not None or any(
+        e.matches(device_type(name)) for e in catalog_for(s.config)
+    ):
+        return []
+    return shadowed(name, others)
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
 
 
 @rule("gpu-memory-factor", "no node registers more than 60,000 memory entries")
@@ -223,10 +280,9 @@ def check_memory_factor(s: ClusterSnapshot) -> Iterator[Issue]:
             total_mib = entries * factor
         else:
             lab = labels_of(node)
+            count = bounds.gpu_count(lab.get(contract.GFD_COUNT))  # None: node-input-bounds
             try:
-                total_mib = int(lab.get(contract.GFD_COUNT, "0")) * int(
-                    lab.get(contract.GFD_MEMORY, "0")
-                )
+                total_mib = (count or 0) * int(lab.get(contract.GFD_MEMORY, "0"))
             except ValueError:
                 continue
             entries = total_mib // factor

@@ -23,7 +23,12 @@ model is added from an inventory only when the report passes `report_problem`: t
 read from the driver (`nvidia-smi mig -lgip`, not the agent's fallback table), every GPU of the
 model on that node lists the same ones, and each is a well-formed `<G>g.<GB>gb` profile whose
 memory matches its name (0.8 to 1.05 times <GB> GiB; the catalog's own range is 0.89 to 0.99),
-fits the GPU, and whose count fits the GPU's seven compute slices.
+fits the GPU, and whose count fits the GPU's seven compute slices. Nor may an inventory add
+anything to another model's geometry: the entry made from a report has the reported NVML name
+as its one model string, and the components match model strings as substrings, first entry
+first; a name that is a substring of another GPU's device type (`shadowed`: an agent naming its
+GPU `H1` would take every `NVIDIA H100 80GB HBM3`, `B` every "...GB" name) is refused, and the
+`mig-geometry-reports` rule names the node.
 """
 
 from __future__ import annotations
@@ -199,12 +204,33 @@ def catalog_for(config: OperatorConfig) -> list[MigGeometryEntry]:
     return entries
 
 
+def known_names(catalog: Iterable[MigGeometryEntry], *more: Iterable[str]) -> set[str]:
+    """Every GPU name an inventory's model string must not shadow: the NVML names of
+    `models.gpu_catalog`, the model strings of the catalogs and built-ins (and each as an NVML
+    name, `NVIDIA <model>`), and the names in `more` (the cluster's GPUs, what agents report)."""
+    out = {m.nvml_name for m in gpu_catalog.GPU_MODELS.values()}
+    for entry in (*catalog, *BUILTIN_GEOMETRIES):
+        for model in entry.models:
+            out.update((model, model if model.startswith("NVIDIA") else f"NVIDIA {model}"))
+    for names in more:
+        out.update(names)
+    return out
+
+
+def shadowed(name: str, others: Iterable[str]) -> list[str]:
+    """The other GPUs `name`, as a knownMigGeometries model string, would match too: those whose
+    device type (`NVIDIA-<NVML name>`) holds it."""
+    return sorted({o for o in others if o != name and name in device_type(o)})
+
+
 @dataclass(frozen=True)
 class GeometryPlan:
     entries: list[MigGeometryEntry]  # the existing list followed by what was appended
     appended: list[MigGeometryEntry] = field(default_factory=list)
     uncovered: list[str] = field(default_factory=list)  # NVML names nothing covers
     appended_models: list[str] = field(default_factory=list)  # NVML names the appends cover
+    # NVML names whose report was refused, with the GPUs their model string would match too
+    shadowing: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -253,6 +279,9 @@ def build_known_geometries(
     by_name = (
         {r.nvml_name: r for r in reported if report_problem(r) is None} if from_inventory else {}
     )
+    others = known_names(catalog, names, (r.nvml_name for r in reported))
+    others |= {m for e in existing for m in e.models}
+    shadowing: dict[str, list[str]] = {}
     for name in names:
         if first_match(entries, name) is not None:
             continue
@@ -266,6 +295,8 @@ def build_known_geometries(
             new = candidate.model_copy(update={"models": models})
         elif known is not None and known.mig_capable:
             new = _synthesized(catalog_report(known))
+        elif name in by_name and (hits := shadowed(name, others)):
+            shadowing[name], new = hits, None  # it would take another model's geometry
         elif name in by_name:
             new = _synthesized(by_name[name])
         else:
@@ -277,7 +308,11 @@ def build_known_geometries(
         appended.append(new)
     added_for = [n for n in names if n not in uncovered and first_match(existing, n) is None]
     return GeometryPlan(
-        entries=entries, appended=appended, uncovered=uncovered, appended_models=added_for
+        entries=entries,
+        appended=appended,
+        uncovered=uncovered,
+        appended_models=added_for,
+        shadowing=shadowing,
     )
 
 

@@ -81,6 +81,14 @@ def _rank(models: Sequence[str], name: str) -> int:
     return next((k for k, m in enumerate(models) if m and m in dtype), len(models))
 
 
+def may_correct(entry: MigGeometryEntry, name: str) -> bool:
+    """Whether the figures of GPU model `name` may lower `entry`: the catalog knows the model, or
+    the entry is the model's own (it names it whole). A name no catalog knows that only contains
+    another model's string (`NVIDIA H100 80GB HBM3 x` in an inventory) changes nothing of that
+    model's entry: one node's inventory cannot lower the H100's figures cluster-wide."""
+    return gpu_catalog.model_for_name(name) is not None or name in entry.models
+
+
 @dataclass(frozen=True)
 class MemoryCorrection:
     """One template that promises more than the instance has."""
@@ -99,12 +107,12 @@ def memory_corrections(
     entries: Sequence[MigGeometryEntry], hardware: dict[str, dict[str, int]]
 ) -> list[MemoryCorrection]:
     """Every template above the hardware of a GPU model it serves: the models whose first
-    matching entry it is (the components use the first match only)."""
+    matching entry it is (the components use the first match only), each `may_correct` it."""
     served: dict[int, list[str]] = {}
     for name in hardware:
         dtype = device_type(name)
         first = next((i for i, e in enumerate(entries) if e.matches(dtype)), None)
-        if first is not None:
+        if first is not None and may_correct(entries[first], name):
             served.setdefault(first, []).append(name)
     out: list[MemoryCorrection] = []
     for i, names in sorted(served.items()):

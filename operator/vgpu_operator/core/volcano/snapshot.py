@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from vgpu_operator import contract
+from vgpu_operator.core.volcano import node_inputs
 from vgpu_operator.core.volcano.component_versions import scheduler_parses_string_bools
 from vgpu_operator.core.volcano.geometry import ReportedGpuModel, reported_from_inventory
 from vgpu_operator.core.volcano.render.device_config import vnpus_section
@@ -381,13 +382,16 @@ class ClusterSnapshot:
         return managed
 
     def registered(self, node: Mapping[str, Any]) -> list[RegisteredGpu] | None:
+        """The plugin's register records; [] when they cannot be read or are more than a node
+        may have (core.volcano.node_inputs)."""
         raw = annotations_of(node).get(REGISTER_ANNOTATION)
         if raw is None:
             return None
         try:
-            return parse_register(raw)
+            records = parse_register(raw)
         except PayloadError:
             return []
+        return records if node_inputs.register_problem(records) is None else []
 
     def is_mig(self, node: Mapping[str, Any]) -> bool:
         """A MIG node of HAMi's plugin (dynamic partitioning): static MIG nodes are served by
@@ -400,16 +404,8 @@ class ClusterSnapshot:
         return any(g.mode == "mig" for g in self.registered(node) or [])
 
     def gpu_indexes(self, node: Mapping[str, Any]) -> list[int] | None:
-        """The indexes of the node's GPUs: from the agent's inventory, else 0..n-1 with n from
-        GFD's count label; None when neither says."""
-        inv = self.inventory(node)
-        if inv is not None and inv.gpus:
-            return sorted(g.index for g in inv.gpus)
-        try:
-            count = int(labels_of(node).get(contract.GFD_COUNT, ""))
-        except ValueError:
-            return None
-        return list(range(count)) if count >= 0 else None
+        """The indexes of the node's GPUs (core.volcano.node_inputs: within bounds or None)."""
+        return node_inputs.gpu_indexes(labels_of(node), self.inventory(node))
 
     def inventory(self, node: Mapping[str, Any]) -> Inventory | None:
         try:

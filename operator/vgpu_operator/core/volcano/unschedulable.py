@@ -33,7 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_operator import contract
+from vgpu_operator import bounds, contract
+from vgpu_operator.core.volcano import node_inputs
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, labels_of
 from vgpu_operator.models.volcano import (
     LEGACY_GPU_MEMORY,
@@ -381,11 +382,11 @@ def node_shape(s: ClusterSnapshot, node: Mapping[str, Any], factor: int) -> Node
         gpus, memory = len(records), max(g.memory for g in records)
     else:
         inv = s.inventory(node)
-        if inv is not None and inv.gpus:
+        if inv is not None and inv.gpus and node_inputs.inventory_problem(inv) is None:
             gpus, memory = len(inv.gpus), max(g.memory_mib for g in inv.gpus) // factor
-        else:
+        else:  # a count out of bounds is not used (core.volcano.node_inputs)
             labels = labels_of(node)
-            gpus = _int(labels.get(contract.GFD_COUNT, ""))
+            gpus = bounds.gpu_count(labels.get(contract.GFD_COUNT))
             total = _int(labels.get(contract.GFD_MEMORY, ""))
             memory = total // factor if total is not None else None
     if not s.is_mig(node):

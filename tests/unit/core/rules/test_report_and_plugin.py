@@ -43,6 +43,7 @@ EXPECTED_RULES = {
     "mig-geometry-coverage",
     "mig-memory-above-hardware",
     "gpu-memory-factor",
+    "node-input-bounds",
     "restart-needed",
     "stranded-pods",
     "legacy-gpu-sharing",

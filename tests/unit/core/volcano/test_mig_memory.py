@@ -9,11 +9,16 @@ import pytest
 import yaml
 
 from tests.kit.volcano_fixtures import configmap, edit, findings, healthy, text
-from vgpu_operator.core.volcano.geometry import ReportedGpuModel, ReportedProfile
+from vgpu_operator.core.volcano.geometry import (
+    BUILTIN_GEOMETRIES,
+    ReportedGpuModel,
+    ReportedProfile,
+)
 from vgpu_operator.core.volcano.mig_memory import (
     hardware_memory,
     instance_memory_mib,
     lgip_mib,
+    may_correct,
     memory_corrections,
     provably_above,
 )
@@ -138,3 +143,22 @@ def test_report_mode_names_model_profile_and_both_figures() -> None:
         "asking 4859-5120 MiB gets it and runs out of memory"
     )
     assert findings(healthy(), "mig-memory-above-hardware") == []
+
+
+def test_an_unknown_name_cannot_lower_another_models_entry() -> None:
+    # an inventory naming its GPU "NVIDIA H100 80GB HBM3 x" (no catalog knows it; the H100
+    # entry's "H100 80GB HBM3" serves it by substring) with sane but lower figures lowers
+    # nothing; the H100's own name still does, and a model's own entry takes its own figures
+    h100 = next(e for e in BUILTIN_GEOMETRIES if "H100 80GB HBM3" in e.models)
+    low = (ReportedProfile("1g.10gb", 8300, 7),)
+    forged = ReportedGpuModel("NVIDIA H100 80GB HBM3 x", low, 81559)
+    assert not may_correct(h100, forged.nvml_name)
+    assert memory_corrections([h100], hardware_memory([forged])) == memory_corrections(
+        [h100], hardware_memory()
+    )
+    real = ReportedGpuModel("NVIDIA H100 80GB HBM3", low, 81559)
+    assert any(c.hardware < 9000 for c in memory_corrections([h100], hardware_memory([real])))
+    own = h100.model_copy(update={"models": ["NVIDIA X100"]})
+    x100 = ReportedGpuModel("NVIDIA X100", low, 81559)
+    assert may_correct(own, "NVIDIA X100")
+    assert any(c.model == "NVIDIA X100" for c in memory_corrections([own], hardware_memory([x100])))

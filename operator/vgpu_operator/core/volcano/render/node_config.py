@@ -11,6 +11,12 @@ Ownership: the ConfigMap's annotation `vgpu.volcano.sh/owned-entries` is a JSON 
 - Every other entry is left exactly as it was, in place.
 The times tell the restart logic which node's plugin pod read an outdated entry.
 
+No node's entry may take more than `bounds.MAX_NODE_ENTRY_BYTES` (as indented JSON): a larger
+one (a released configuration listing thousands of UUIDs, GPU indexes of thousands of digits)
+is refused, its existing entry is left as it was, and the others are written, so one node
+cannot bring the ConfigMap over the apiserver's limit and block every write. The
+`node-input-bounds` rule names the node (`oversized`).
+
 A static-MIG node belongs to NVIDIA's device plugin (HAMi's does not run there, see
 `core.volcano.placement`); its entry is `hami-core` with every GPU in `filterdevices`, so a
 stray
@@ -22,9 +28,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from vgpu_operator import yamlsafe
+from vgpu_operator import bounds, yamlsafe
 from vgpu_operator.contract import ANN_OWNED_ENTRIES
 from vgpu_operator.core.volcano import config_adoption
 from vgpu_operator.core.volcano.render.common import (
@@ -57,8 +64,8 @@ NODE_FIELDS = frozenset(
 ASCEND_FIELDS = frozenset({"name", "vDeviceCount", "hami-vnpu-core", "filterDevices"})
 VGPU_MODES = ("hami-core", "mig")
 # The GPU indexes a policy's filterDevices may name (0-63): what a static node's entry filters
-# when the node's GPUs are not known yet.
-ALL_GPU_INDEXES = tuple(range(64))
+# when the node's GPUs are not known yet (or what says so is out of bounds).
+ALL_GPU_INDEXES = tuple(range(bounds.MAX_GPUS_PER_NODE))
 
 
 def owned_entries(cm: Mapping[str, Any] | None) -> dict[str, str]:
@@ -139,6 +146,18 @@ def ascend_entry(name: str, config: NodeConfig, hami_vnpu_core: bool = False) ->
     return entry
 
 
+def entry_bytes(entry: Mapping[str, Any]) -> int:
+    """The bytes an entry takes as indented JSON (config.json's own layout, give or take the
+    indentation of the list it is in)."""
+    return len(json.dumps(entry, indent=4, ensure_ascii=False, default=str).encode())
+
+
+def oversized(desired: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """{node: bytes} of the entries over `bounds.MAX_NODE_ENTRY_BYTES`: refused."""
+    sizes = {name: entry_bytes(entry) for name, entry in desired.items()}
+    return {n: b for n, b in sizes.items() if b > bounds.MAX_NODE_ENTRY_BYTES}
+
+
 def _merge(
     entries: list[Any],
     desired: Mapping[str, dict[str, Any]],
@@ -183,10 +202,17 @@ def _merge(
 
 
 def _ownership(
-    old: Mapping[str, str], desired: Mapping[str, Any], changed: set[str], now: str
+    old: Mapping[str, str],
+    desired: Mapping[str, Any],
+    changed: set[str],
+    now: str,
+    refused: Mapping[str, int],
 ) -> dict[str, str]:
-    """Time of each owned entry's last change; "" when it was taken over unchanged (unknown)."""
-    return {n: now if n in changed else old.get(n, "") for n in desired}
+    """Time of each owned entry's last change; "" when it was taken over unchanged (unknown).
+    A refused entry that was owned stays owned, unchanged."""
+    owned = {n: now if n in changed else old.get(n, "") for n in desired}
+    owned.update({n: old[n] for n in refused if n in old})
+    return owned
 
 
 def _finish(
@@ -224,9 +250,16 @@ def _render(
     load: Callable[[str], Any],
     dump: Callable[[Any, str], str],
 ) -> Rendered:
+    refused = oversized(desired)
+    desired = {n: e for n, e in desired.items() if n not in refused}
+    notes = tuple(
+        f"the {ref.key} entry for {n} would take {b} bytes, more than the "
+        f"{bounds.MAX_NODE_ENTRY_BYTES} a node may; it is left as it was"
+        for n, b in sorted(refused.items())
+    )
     owned_before = owned_entries(cm)
     if not desired and not owned_before:
-        return Rendered(data=cm_data(cm))  # nothing of ours, here or to come
+        return Rendered(data=cm_data(cm), notes=notes)  # nothing of ours, here or to come
     current = cm_data(cm).get(ref.key, "")
     doc = load(current)
     if doc is None:
@@ -239,11 +272,12 @@ def _render(
     if not isinstance(entries, list):
         raise RenderError(f"{ref.name}/{ref.key}: {list_key!r} is not a list; refusing to edit it")
     before = plain(doc)
-    merged, changed = _merge(list(entries), desired, set(owned_before), fields)
+    merged, changed = _merge(list(entries), desired, set(owned_before) - set(refused), fields)
     entries[:] = merged
     doc[list_key] = entries
     text = current if plain(doc) == before and current else dump(doc, current)
-    return _finish(cm, ref, text, changed, _ownership(owned_before, desired, changed, now), now)
+    owned = _ownership(owned_before, desired, changed, now, refused)
+    return replace(_finish(cm, ref, text, changed, owned, now), notes=notes)
 
 
 def _json_load(text: str) -> Any:
@@ -262,6 +296,30 @@ def _json_dump(doc: Any, original: str) -> str:
     return keep_trailing_newline(original, text)
 
 
+def node_entries(
+    released: Mapping[str, NodeConfig | None],
+    config: OperatorConfig,
+    gpus: Mapping[str, Sequence[int] | None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """{node: its `nodeconfig` entry} for the hami-core and mig nodes of `released`."""
+    return {
+        name: node_entry(name, rc, config.device_defaults, (gpus or {}).get(name))
+        for name, rc in released.items()
+        if rc is not None and rc.mode in VGPU_MODES
+    }
+
+
+def ascend_entries(
+    released: Mapping[str, NodeConfig | None], hami_vnpu_core: bool = False
+) -> dict[str, dict[str, Any]]:
+    """{node: its `nodes` entry} for the ascend-vnpu nodes of `released`."""
+    return {
+        name: ascend_entry(name, rc, hami_vnpu_core)
+        for name, rc in released.items()
+        if rc is not None and rc.mode == "ascend-vnpu"
+    }
+
+
 def render_node_config(
     cm: Mapping[str, Any] | None,
     released: Mapping[str, NodeConfig | None],
@@ -272,11 +330,7 @@ def render_node_config(
     """`volcano-vgpu-node-config`: `released` maps every node the operator manages to its
     released configuration (`vgpu.volcano.sh/config`); hami-core and mig nodes get entries.
     `gpus`: the GPU indexes of nodes, for the entries of static-MIG nodes."""
-    desired = {
-        name: node_entry(name, rc, config.device_defaults, (gpus or {}).get(name))
-        for name, rc in released.items()
-        if rc is not None and rc.mode in VGPU_MODES
-    }
+    desired = node_entries(released, config, gpus)
     rendered = _render(
         cm, config.node_config, desired, now, "nodeconfig", NODE_FIELDS, _json_load, _json_dump
     )
@@ -297,11 +351,7 @@ def render_ascend_node_config(
 ) -> Rendered:
     """`hami-device-node-config`: one `nodes` entry per ascend-vnpu node, same ownership rules.
     `hami_vnpu_core`: the global `vnpus.hamiVnpuCore` (the entries' default)."""
-    desired = {
-        name: ascend_entry(name, rc, hami_vnpu_core)
-        for name, rc in released.items()
-        if rc is not None and rc.mode == "ascend-vnpu"
-    }
+    desired = ascend_entries(released, hami_vnpu_core)
     state: dict[str, RoundTrip] = {}
 
     def load(text: str) -> Any:
