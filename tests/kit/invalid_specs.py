@@ -281,6 +281,20 @@ _CASES: tuple[InvalidSpec, ...] = (
         "cel",
         "use disableNvidiaDevicePlugin",
     ),
+    InvalidSpec(
+        "bad-label-key",
+        {"mode": "hami-core", "nodeLabels": {"gpu pool": "a"}},
+        "spec.nodeLabels",
+        "cel",
+        "every key must match",
+    ),
+    InvalidSpec(
+        "max-unavailable-zero-percent",
+        {"mode": "hami-core", "rollout": {"maxUnavailable": "0%"}},
+        "spec.rollout.maxUnavailable",
+        "cel",
+        "maxUnavailable must be at least 1",
+    ),
     # ---- caught by the operator ----
     InvalidSpec(
         "cpu-only-node",

@@ -101,6 +101,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "vgpu_operator.agent.cli",
     "vgpu_operator.commands.doctor",
     "vgpu_operator.commands.cleanup",
+    "vgpu_operator.commands.validate",
 )
 # `plan`: what the operator would do for a policy, read-only (vgpu_operator/commands/plan.py).
 PLAN_MODULE = "vgpu_operator.commands.plan"

@@ -8,16 +8,17 @@ import os
 import sys
 
 OK = 0  # clean: nothing found, nothing would change, done
-FINDINGS = 1  # findings or changes
+FINDINGS = 1  # findings or changes (validate: an invalid document)
 USAGE = 2  # a wrong option or argument, or a file that is not what the command takes
 CANNOT = 3  # cannot reach or cannot read: the cluster, the kubeconfig, a file
 
 EPILOG = """exit codes (the same for every command):
   0  clean: nothing found, nothing would change, done
   1  findings or changes: doctor found a problem, plan would change something,
-     cleanup left something behind
+     cleanup left something behind, validate found an invalid document
   2  usage: a wrong option or argument, or a file that is not what the command
-     takes (invalid YAML, an invalid operator configuration or policy)
+     takes (invalid YAML, an invalid operator configuration or policy; what
+     validate checks is its finding, 1)
   3  cannot reach or cannot read: no credentials, the apiserver unreachable (each
      request gives up after 30 s) or refusing a read, a missing or unreadable file
 """
