@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vgpu_devcluster.install import VAP_API, render_chart
 from vgpu_devcluster.monitoring_tools import (
+    UPSTREAM_METRICS,  # Volcano's and HAMi's, by their upstream names (cited there)
     dashboard_expressions,
     promql_metric_names,
     rule_expressions,
@@ -21,24 +22,6 @@ MONITORING_APIS = (
     "monitoring.coreos.com/v1/PodMonitor",
     "monitoring.coreos.com/v1/ServiceMonitor",
     "monitoring.coreos.com/v1/PrometheusRule",
-)
-# What the dashboard reads from Volcano's scheduler (volcano-sh/volcano@v1.15.1:
-# pkg/scheduler/api/devices/nvidia/vgpu/metrics.go) and HAMi's vGPU monitor
-# (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:cmd/vgpu-monitor/metrics.go); no process
-# of the tests serves them, so they are checked against these upstream names.
-UPSTREAM_METRICS = frozenset(
-    {
-        "volcano_vgpu_device_shared_number",
-        "volcano_vgpu_device_allocated_memory",
-        "volcano_vgpu_device_allocated_cores",
-        "volcano_vgpu_device_memory_limit",
-        "volcano_vgpu_device_memory_allocation_for_a_certain_pod",
-        "volcano_vgpu_device_core_allocation_for_a_certain_pod",
-        "HostGPUMemoryUsage",
-        "HostCoreUtilization",
-        "vGPU_device_memory_usage_in_bytes",
-        "vGPU_device_memory_limit_in_bytes",
-    }
 )
 AGENT_PREFIX = "vgpu_operator_agent_"
 

@@ -48,7 +48,9 @@ log = logging.getLogger("vgpu_operator.leader")
 JITTER_FACTOR = 1.2  # client-go's JitterFactor: retries wait [retry, 2.2 * retry)
 
 LEADER = Gauge(
-    "vgpu_operator_leader", "1 while this replica holds the leader Lease, 0 while on standby"
+    "vgpu_operator_leader",
+    "1 while this replica holds the leader Lease (or runs without leader election), 0 while on "
+    "standby",
 )
 
 

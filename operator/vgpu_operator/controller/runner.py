@@ -12,7 +12,7 @@ import kopf
 
 from vgpu_operator.controller.app import Controller, Settings
 from vgpu_operator.controller.handlers import Runtime, build_registry, configure_settings
-from vgpu_operator.controller.leader import LeaderElectionConfig
+from vgpu_operator.controller.leader import LEADER, LeaderElectionConfig
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.kubeapi.credentials import Credentials
@@ -56,6 +56,9 @@ async def run_operator(
     await runtime.serve_health()
     try:
         if runtime.leader is None:
+            # No election: this replica writes at once, so it is the leader (the chart's
+            # VGPUOperatorNoLeader alert reads max(vgpu_operator_leader)).
+            LEADER.set(1)
             await kopf_with_controller()
         else:
             if ready_flag is not None:

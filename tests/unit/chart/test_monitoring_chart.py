@@ -1,8 +1,9 @@
 """The chart's monitoring part: each monitor, the PrometheusRule and the dashboard render only as
 asked and only where their CRD is served; the rendered rule passes `promtool check rules` and
-its alerts fire where their condition holds (`promtool test rules` with
-charts/vgpu-operator/prometheus/rules_test.yaml); the agents expose what their PodMonitor
-scrapes."""
+its alerts fire where their condition holds and stay silent where it does not (`promtool test
+rules` with charts/vgpu-operator/prometheus/rules_test.yaml), the absent() one for a controller
+that is not scraped at all included; the alerts query only metrics the operator exports; the
+agents expose what their PodMonitor scrapes, and no monitor sets a label its metrics carry."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit.exported_metrics import exported_metrics, monitors, relabeled, scraped_by
 from vgpu_devcluster.install import VAP_API, chart_dir, render_chart
 from vgpu_devcluster.monitoring_tools import (
+    UPSTREAM_METRICS,
     check_rules,
     dashboard_expressions,
     promql_metric_names,
+    promql_selectors,
     rule_expressions,
     run_rule_tests,
 )
@@ -111,6 +115,29 @@ def test_monitors_scrape_the_ports_the_workloads_serve() -> None:
     assert scheduler["endpoints"][0]["port"] == "metrics"
 
 
+def test_no_monitor_sets_a_label_its_metrics_carry() -> None:
+    """A label a monitor's relabeling sets on its targets and a scraped series also carries is
+    renamed exported_<label> in Prometheus (honor_labels false: https://prometheus.io/docs/
+    prometheus/latest/configuration/configuration/#scrape_config): the controller's
+    vgpu_operator_node_info carries its own `node` (the managed node), so only the agents'
+    monitor gets `node` from the pod."""
+    clashes = {
+        (monitor, metric.family, label)
+        for metric in exported_metrics().values()
+        for monitor in scraped_by(metric)
+        for label in metric.labels & relabeled(monitors()[monitor])
+    }
+    clashes |= {
+        (monitor, name, label)
+        for name, (labels, monitor) in UPSTREAM_METRICS.items()
+        for label in labels & relabeled(monitors()[monitor])
+    }
+    assert not clashes, clashes
+    assert relabeled(monitors()["agent"]) == {"node"}
+    assert relabeled(monitors()["controller"]) == frozenset()
+    assert "node" in exported_metrics()["vgpu_operator_node_info"].labels
+
+
 def _rendered_rules(tmp_path: Path, groups: list[dict[str, Any]] | None = None) -> Path:
     """The PrometheusRule's groups as a rule file beside a copy of rules_test.yaml."""
     if groups is None:
@@ -121,14 +148,34 @@ def _rendered_rules(tmp_path: Path, groups: list[dict[str, Any]] | None = None) 
     return tmp_path
 
 
-def test_rendered_rule_is_the_rule_file() -> None:
+def test_rendered_rule_is_the_rule_file_with_runbook_urls() -> None:
     [rule] = _render("monitoring.coreos.com/v1/PrometheusRule")
     source = yaml.safe_load((PROMETHEUS_DIR / "rules.yaml").read_text())
-    assert rule["spec"]["groups"] == source["groups"]
+    rendered = rule["spec"]["groups"]
+    for group in rendered:
+        for r in group["rules"]:
+            assert r["annotations"].pop("runbook_url").endswith("#" + r["alert"].lower())
+    assert rendered == source["groups"]
     alerts = set(rule_expressions(source["groups"]))
     for wanted in ("VGPUNodeFailed", "VGPUNodeBlocked", "VGPUConfigurationInconsistent"):
         assert wanted in alerts
-    assert {"VGPURolloutStalled", "VGPUOperatorAPIErrors"} <= alerts
+    assert {"VGPURolloutStalled", "VGPUOperatorAPIErrors", "VGPUOperatorNoLeader"} <= alerts
+    assert rule_expressions(source["groups"])["VGPUOperatorDown"] == "absent(vgpu_operator_leader)"
+
+
+def test_alerts_query_only_metrics_the_operator_exports() -> None:
+    """Each alert's metrics are the operator's own (read from its modules), so an alert cannot
+    wait on a series no process serves; the operator-down alert's metric is one every
+    controller replica exports from its start, leader or standby (no labels, so absent() of it
+    means no replica at all)."""
+    [rule] = _render("monitoring.coreos.com/v1/PrometheusRule")
+    exported = exported_metrics()
+    for alert, expr in rule_expressions(rule["spec"]["groups"]).items():
+        names = promql_metric_names(expr)
+        assert names and names <= set(exported), (alert, names - set(exported))
+    leader = exported["vgpu_operator_leader"]
+    assert leader.kind == "gauge" and not leader.labels
+    assert scraped_by(leader) == ["controller"]
 
 
 def test_rendered_rule_passes_promtool_check_and_its_tests(tmp_path: Path) -> None:
@@ -146,13 +193,17 @@ def test_rendered_rule_passes_promtool_check_and_its_tests(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("alert", "broken"),
+    ("alert", "broken", "into"),
     [
-        ("VGPUNodeFailed", 'state="failed"'),
-        ("VGPUOperatorAPIErrors", "404|409|410"),
+        ("VGPUNodeFailed", 'state="failed"', 'state="none"'),
+        ("VGPUOperatorAPIErrors", "404|409|410", "404"),
+        # the operator-down alert read like NoLeader: silent when no replica is scraped
+        ("VGPUOperatorDown", "absent(vgpu_operator_leader)", "max(vgpu_operator_leader) < 1"),
     ],
 )
-def test_promtool_tests_fail_when_an_alert_changes(tmp_path: Path, alert: str, broken: str) -> None:
+def test_promtool_tests_fail_when_an_alert_changes(
+    tmp_path: Path, alert: str, broken: str, into: str
+) -> None:
     """The test file pins the alerts: an alert that no longer holds where it should (or holds
     where it should not) fails `promtool test rules`."""
     [rule] = _render("monitoring.coreos.com/v1/PrometheusRule")
@@ -160,7 +211,7 @@ def test_promtool_tests_fail_when_an_alert_changes(tmp_path: Path, alert: str, b
     for r in groups[0]["rules"]:
         if r.get("alert") == alert:
             assert broken in r["expr"]
-            r["expr"] = r["expr"].replace(broken, 'state="none"' if "state" in broken else "404")
+            r["expr"] = r["expr"].replace(broken, into)
     directory = _rendered_rules(tmp_path, groups)
     assert check_rules(directory / "rules.yaml").returncode == 0
     tested = run_rule_tests(directory / "rules_test.yaml")
@@ -207,3 +258,42 @@ def test_dashboard_is_a_grafana_configmap_with_the_chart_json() -> None:
 )
 def test_promql_metric_names(expr: str, names: set[str]) -> None:
     assert promql_metric_names(expr) == names
+
+
+@pytest.mark.parametrize(
+    ("expr", "selectors"),
+    [
+        (
+            'sum by (policy) (x{cluster=~"$cluster", policy=~"$policy", state="failed"})',
+            [
+                (
+                    "x",
+                    {
+                        "cluster": ("=~", "$cluster"),
+                        "policy": ("=~", "$policy"),
+                        "state": ("=", "failed"),
+                    },
+                )
+            ],
+        ),
+        (
+            'rate(a_total{s!~"404|409"}[$__rate_interval]) / on (n) group_left b{n!="x"}',
+            [("a_total", {"s": ("!~", "404|409")}), ("b", {"n": ("!=", "x")})],
+        ),
+        (
+            'x{v=~"a\\\\.b", w="say \\"hi\\""}',  # the PromQL string "a\\.b", the regex a\.b
+            [("x", {"v": ("=~", "a\\.b"), "w": ("=", 'say "hi"')})],
+        ),
+        ('label_replace(x, "dst", "$1", "src", "(.*)")', [("x", {})]),
+        ("absent(up) or vector(0)", [("up", {})]),
+    ],
+)
+def test_promql_selectors(
+    expr: str, selectors: list[tuple[str, dict[str, tuple[str, str]]]]
+) -> None:
+    assert promql_selectors(expr) == selectors
+
+
+def test_promql_selectors_refuse_a_selector_without_a_name() -> None:
+    with pytest.raises(ValueError, match="without a metric name"):
+        promql_selectors('sum({__name__=~"vgpu_.*"})')

@@ -6,22 +6,28 @@ from __future__ import annotations
 import asyncio
 import copy
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import kopf
 import pytest
 from prometheus_client import REGISTRY
 
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import leader_core as core
+from vgpu_operator.controller.app import Settings
+from vgpu_operator.controller.handlers import Runtime
 from vgpu_operator.controller.leader import (
+    LEADER,
     LeaderElectionConfig,
     LeaderElector,
     LeadershipLost,
     default_identity,
 )
 from vgpu_operator.controller.leader_core import Action, Observation, Record
+from vgpu_operator.controller.runner import run_operator
 
 WALL = "2026-01-02T03:04:05.000006Z"
 LATER = "2026-01-02T03:04:20.000000Z"
@@ -371,3 +377,23 @@ async def test_check_reports_a_leader_that_stopped_renewing() -> None:
     clock.offset += 5.0
     assert "last renewed 5s ago" in elector.check(tolerance=1.0)
     await finish(task)
+
+
+def test_without_election_the_one_replica_exports_leader_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica run without leader election (`leaderElection.enabled: false`, one replica)
+    writes at once, so it says it leads: the chart's VGPUOperatorNoLeader alert
+    (`max(vgpu_operator_leader) < 1`) stays silent for it. Kopf is stood in for; the runner
+    goes in a thread of its own, as OperatorThread runs it (its signal handlers stay there)."""
+    seen: list[float | None] = []
+
+    async def operator(**_: Any) -> None:
+        seen.append(gauge())
+
+    monkeypatch.setattr(kopf, "operator", operator)
+    LEADER.set(0)
+    runtime = Runtime(Settings(credentials=None))  # type: ignore[arg-type]  # Kopf never runs
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(asyncio.run(run_operator(runtime))))
+    thread.start()
+    thread.join(10)
+    assert codes == [0] and seen == [1.0]
