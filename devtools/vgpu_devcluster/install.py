@@ -45,8 +45,9 @@ _PLURALS = {
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
 
-# The API the chart's admission policies need (Kubernetes 1.30+), as `helm install` finds it in
-# the cluster's discovery; `helm template` is told with --api-versions.
+# The API the chart's admission policies use (Kubernetes 1.30+, the chart's kubeVersion). The
+# chart renders them whatever the cluster serves (no `.Capabilities` test), so passing it to
+# `helm template` changes nothing; callers that still pass it beside other APIs may.
 VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 OPERATOR_ADMISSION_POLICY = "vgpu-operator-objects"
 AGENT_ADMISSION_POLICY = "vgpu-operator-agent-own-node"
@@ -96,10 +97,10 @@ async def apply(api: client.ApiClient, manifest: dict[str, Any]) -> dict[str, An
 def render_chart(
     *templates: str,
     values: dict[str, Any] | None = None,
-    api_versions: tuple[str, ...] = (VAP_API,),
+    api_versions: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """`helm template` of the chart, optionally only some templates, for a cluster serving
-    `api_versions` (by default the local apiserver's admission policy API)."""
+    `api_versions` besides the built-in ones (the monitoring objects need theirs)."""
     helm = binaries.ensure("helm")
     args = [str(helm), "template", "vgpu-operator", str(chart_dir()), "-n", OPERATOR_NAMESPACE]
     args += ["--kube-version", binaries.KUBERNETES_VERSION]

@@ -1,5 +1,6 @@
-"""The seed procedures' end states on the local control plane (README, "From a hand-configured
-cluster"): `SeedCluster` builds what a seed's write-up leaves behind (its ConfigMaps in its
+"""The seed procedures' end states on the local control plane
+(docs/from-a-hand-configured-cluster.md): `SeedCluster` builds what a seed's write-up leaves behind
+(its ConfigMaps in its
 namespaces, the scheduler Deployment and the device plugin DaemonSet running on simulated nodes,
 hand-set labels and taints, running GPU pods) and removes it afterwards. The README's way onto
 it (observe, enforce, a deliberate change): tests/cluster/seedkit_phases.py.
@@ -302,7 +303,8 @@ def fixture_yaml(name: str) -> dict[str, Any]:
     return loaded
 
 
-# One policy per kind of node, on the labels the person set first (README, seed 001).
+# One policy per kind of node, on the labels the person set first
+# (docs/from-a-hand-configured-cluster.md, seed 001).
 HAMI_POLICY = {"mode": "hami-core", "nodeLabels": {}, "nodeTaints": []}
 
 

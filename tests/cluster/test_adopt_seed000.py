@@ -1,5 +1,6 @@
-"""Onto seed 000's cluster (Volcano's vGPU guide, v1.11) without disturbing it (README, "From a
-hand-configured cluster", seed 000): `deviceshare.VGPUEnable: true` in
+"""Onto seed 000's cluster (Volcano's vGPU guide, v1.11) without disturbing it
+(docs/from-a-hand-configured-cluster.md,
+seed 000): `deviceshare.VGPUEnable: true` in
 volcano-system/volcano-scheduler-configmap, HAMi's upstream plugin manifest in kube-system with
 its default names, GPU nodes neither labelled nor tainted, pods asking `volcano.sh/vgpu-number`
 and `-memory` running. Observe with the guide's policy, then enforce: nothing restarted, evicted,
@@ -45,7 +46,7 @@ pytestmark = pytest.mark.cluster
 
 __all__ = ["seed_cluster", "volcano_operator"]
 
-# The guide's operator config and policy for seed 000 (README).
+# The guide's operator config and policy for seed 000 (docs/from-a-hand-configured-cluster.md).
 SEED000_CONFIG = "mode: {mode}\nonDelete: Retain\n"
 SEED000_POLICY = {
     "nodeSelector": {"matchLabels": {contract.GFD_PRESENT: "true"}},
@@ -54,7 +55,8 @@ SEED000_POLICY = {
     "nodeTaints": [],  # and taints nothing: untolerating pods would stay off the nodes
 }
 VGPU_POD = {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "3000"}
-# The deliberate change (README, seed 000): 4 vGPUs per card instead of the device config's 10,
+# The deliberate change (docs/from-a-hand-configured-cluster.md, seed 000): 4 vGPUs per card
+# instead of the device config's 10,
 # one node at a time. The v1.12.0 plugin reads `devicesplitcount` from the node's config.json
 # entry (a plugin <= v1.11 reads only its flag: seed 002's guide).
 SPLIT_CHANGE = {"hamiCore": {"deviceSplitCount": 4}, "rollout": {"maxUnavailable": 1}}

@@ -1,5 +1,6 @@
-"""Onto seed 001's cluster (HAMi-core and dynamic MIG) without disturbing it (README, "From a
-hand-configured cluster", seed 001): seed 000's set-up, plus MIG turned on by hand
+"""Onto seed 001's cluster (HAMi-core and dynamic MIG) without disturbing it
+(docs/from-a-hand-configured-cluster.md,
+seed 001): seed 000's set-up, plus MIG turned on by hand
 (`nvidia-smi -mig 1`) on the A100 nodes, their node-config entries set to `operatingmode: mig`
 as HAMi's config doc says, the instances HAMi's plugin made for the running MIG pods, and pods
 choosing with `volcano.sh/vgpu-mode`. The GPUs are the fake nvidia-smi's: it reports MIG mode on

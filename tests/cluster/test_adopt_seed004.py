@@ -75,7 +75,8 @@ tiers:
       deviceshare.KnownGeometriesCMNamespace: kube-system
       deviceshare.KnownGeometriesCMName: volcano-vgpu-device-config
 """
-# The guide's operator config (README seed 004; examples/ascend-vnpu/operator-config).
+# The guide's operator config (docs/from-a-hand-configured-cluster.md, seed 004;
+# examples/ascend-vnpu/operator-config).
 SEED004_CONFIG = """mode: {mode}
 onDelete: Retain
 ascendVnpu:

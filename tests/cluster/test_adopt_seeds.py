@@ -1,5 +1,6 @@
-"""Onto seed 002's hand-configured cluster without disturbing it (README, "From a
-hand-configured cluster", seed 002): its ConfigMaps in volcano-system, the count resource renamed
+"""Onto seed 002's hand-configured cluster without disturbing it
+(docs/from-a-hand-configured-cluster.md,
+seed 002): its ConfigMaps in volcano-system, the count resource renamed
 to nvidia.com/gpu, nodes labelled and tainted by hand, the v1.11.0 plugin and the scheduler
 running, GPU pods running. The operator in `observe` mode with the guide's operator config and
 policy says enforce would change nothing disruptive and writes nothing; `enforce` then restarts,
@@ -60,7 +61,7 @@ NS = "volcano-system"  # seed 002 keeps everything here
 HAND_LABEL = {"volcano.sh/vgpu.enabled": "true"}
 HAND_TAINT = {"key": "volcano.sh/vgpu", "value": "hami", "effect": "NoSchedule"}
 
-# The guide's operator config for seed 002 (README, "From a hand-configured cluster").
+# The guide's operator config for seed 002 (docs/from-a-hand-configured-cluster.md).
 SEED002_CONFIG = """
 mode: {mode}
 resourceNames:
@@ -116,8 +117,8 @@ async def events_of(api: client.ApiClient, namespace: str, uid: str) -> Counter[
 
 
 async def build_seed002(env: SeedCluster) -> None:
-    """Seed 002's cluster as its manual procedure leaves it (README, "From a hand-configured
-    cluster", seed 002): nodes labelled and tainted by hand; the plugin and its ConfigMaps in
+    """Seed 002's cluster as its manual procedure leaves it (docs/from-a-hand-configured-cluster.md,
+    seed 002): nodes labelled and tainted by hand; the plugin and its ConfigMaps in
     volcano-system with --resource-name=nvidia.com/gpu; the scheduler's deviceshare reading
     volcano-system, restarted after the edit; GPU pods running."""
     env.where = Where(scheduler=NS, plugin=NS)

@@ -423,10 +423,18 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
     assert await gone_policy(api, policy), "deleted, its finalizer released"
     for doc in manifest:
         assert not await exists(api, _path(doc)), f"{doc['kind']} {doc['metadata']['name']} left"
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
     for path in (
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{release}-cleanup",
-        f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{release}-cleanup",
-        f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{release}-cleanup",
+        f"{rbac}/clusterroles/{release}-cleanup",
+        f"{rbac}/clusterrolebindings/{release}-cleanup",
+        # the plugin DaemonSet is in the release's namespace here, so are its Role and binding
+        *(
+            f"{rbac}/namespaces/{namespace}/{kind}/{release}-cleanup{suffix}"
+            for kind in ("roles", "rolebindings")
+            for suffix in ("", "-plugins")
+        ),
+        f"/apis/batch/v1/namespaces/{namespace}/jobs/{release}-cleanup",
     ):
         assert not await exists(api, path), f"hook object {path} left"
 

@@ -329,7 +329,8 @@ def findings(snapshot: ClusterSnapshot, rule_id: str) -> list[Any]:
 
 
 def seed002(*, fixed: bool, scheduler_version: str = "v1.13.0") -> ClusterSnapshot:
-    """Seed 002 (README) as deployed: plugin v1.11.0 with --resource-name=nvidia.com/gpu, the device
+    """Seed 002 (docs/from-a-hand-configured-cluster.md) as deployed: plugin v1.11.0 with
+    --resource-name=nvidia.com/gpu, the device
     config (resourceCountName: nvidia.com/gpu) in volcano-system, one 8 x RTX 4090 node, and the
     pod that failed with UnexpectedAdmissionError. `fixed`: the scheduler conf has the seed's
     `KnownGeometriesCMNamespace: volcano-system`; without it, the state the seed's write-up

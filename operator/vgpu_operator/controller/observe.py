@@ -5,8 +5,8 @@ configuration pass hands over its snapshot (`configuration`), planned here as `e
 (`core.plan.plan` with the operator config's mode set to enforce). Each object enforce would
 change gets one Event (`WouldWrite`, `WouldRestart`, `WouldBlock`; Normal, posted again only
 when what would change changes) and a log line; each policy gets the `Observed` condition
-(`core.observe.observed_condition`). Nothing else is written (docs: README, "From a
-hand-configured cluster").
+(`core.observe.observed_condition`). Nothing else is written
+(docs/from-a-hand-configured-cluster.md).
 """
 
 from __future__ import annotations

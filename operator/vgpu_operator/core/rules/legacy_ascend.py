@@ -1,6 +1,7 @@
 """Legacy GPU sharing (deprecated since Volcano v1.9:
-volcano-sh/volcano@v1.15.1:docs/user-guide/how_to_use_gpu_sharing.md; the README's seed 003
-section) and Ascend vNPU in MindCluster mode (the README's seed 004 section,
+volcano-sh/volcano@v1.15.1:docs/user-guide/how_to_use_gpu_sharing.md;
+docs/from-a-hand-configured-cluster.md's seed 003
+section) and Ascend vNPU in MindCluster mode (its seed 004 section,
 `异构设备虚拟化`): both configured in the scheduler conf and a device plugin."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rules that depend on the scheduler and plugin versions, read from the image tags (the
 registration annotations of Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/util/types.go and
 volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/device_info.go, and the plugin
-README's compatibility table): per-node values the plugin ignores before
+docs/compatibility.md): per-node values the plugin ignores before
 v1.12, the registration handshake, and the resource names Volcano can see."""
 
 from __future__ import annotations

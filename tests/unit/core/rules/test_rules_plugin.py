@@ -342,7 +342,8 @@ def test_without_the_node_config_mount_every_node_is_hami_core() -> None:
 
 
 def test_nvidia_device_plugin_still_on_a_vgpu_node() -> None:
-    # Seed 002 (README): NVIDIA's plugin pod on a node just labelled and tainted for vGPU, which
+    # Seed 002 (docs/from-a-hand-configured-cluster.md): NVIDIA's plugin pod on a node just
+    # labelled and tainted for vGPU, which
     # the manual procedure deletes by hand (`kubectl delete pod nvidia-device-plugin-...`).
     nv = pod(
         "kube-system",

@@ -5,7 +5,8 @@ Plugins up to v1.11 register kubelet resources under `--resource-name`,
 scheduler's), and their `--device-split-count`, `--device-cores-scaling` and
 `--gpu-memory-factor` always override the ConfigMap (flag defaults 2 / 1.0 / 1;
 Project-HAMi/volcano-vgpu-device-plugin@v1.11.0:pkg/plugin/vgpu/util/util.go `GlobalFlagSet`; the
-README's seed 002 section is such a cluster). For those versions the operator owns these flags and
+docs/from-a-hand-configured-cluster.md's seed 002 section is such a cluster). For those versions
+the operator owns these flags and
 sets them to the configured values; `--gpu-memory-factor` exists from v1.9.4
 (Project-HAMi/volcano-vgpu-device-plugin@v1.9.4:cmd/vgpu/main.go; absent in v1.9.0). From v1.12 the
 names come from the ConfigMap and the three numeric flags override it only when given: nothing here
