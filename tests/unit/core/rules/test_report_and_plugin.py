@@ -53,6 +53,7 @@ EXPECTED_RULES = {
     "settings-without-effect",
     "mig-geometry-reports",
     "payload-readable",
+    "ascend-soft-slicing",
 }
 
 

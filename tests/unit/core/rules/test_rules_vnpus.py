@@ -14,6 +14,7 @@ from tests.kit.volcano_fixtures import (
     deployment,
     edit,
     findings,
+    gpu_node,
     healthy,
     replace,
     text,
@@ -22,6 +23,7 @@ from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.core.volcano.render import render_device_config, vnpus_section
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig, load_config
+from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano_views import Version
 
 KEY = "device-config.yaml"
@@ -148,3 +150,36 @@ def test_a_value_no_version_parses() -> None:
     [got] = findings(snap, "vnpus-form")
     assert "parses vnpus: as a list or the wrapper mapping, but" in got.message
     assert "as a str" in got.message
+
+
+def soft_slicing(version: str, arch: str, *, core: bool | None) -> ClusterSnapshot:
+    """An Ascend node whose policy sets `hamiVnpuCore` to `core` (None: not set, the global
+    `vnpus.hamiVnpuCore` of the plugin's ConfigMap, false here, decides)."""
+    spec: dict[str, Any] = {"mode": "ascend-vnpu", "ascendVnpu": {}}
+    if core is not None:
+        spec["ascendVnpu"]["hamiVnpuCore"] = core
+    released = NodeConfig.model_validate(spec)
+    node = gpu_node("npu-a", "RTX-4090", 0, released=released)
+    node["metadata"]["labels"]["kubernetes.io/arch"] = arch
+    snap = ascend(version, mirrored=True)
+    return replace(snap, nodes=[*snap.nodes, node])
+
+
+def test_soft_slicing_needs_volcano_1_16_and_arm64() -> None:
+    """Project-HAMi/ascend-device-plugin@v1.4.0:docs/volcano.md: ">= 1.16 required for
+    `hami-core` soft slicing", "currently only supports ARM platforms"."""
+    node = ObjectRef(kind="Node", name="npu-a")
+    old = findings(soft_slicing("v1.15.1", "arm64", core=True), "ascend-soft-slicing")
+    assert [(f.severity, f.objects) for f in old] == [("error", (node,))]
+    assert "Volcano v1.15.1" in old[0].message and "upgrade Volcano to v1.16" in old[0].fix
+    amd = findings(soft_slicing("v1.16.0-alpha.1", "amd64", core=True), "ascend-soft-slicing")
+    assert len(amd) == 1 and "arch is amd64" in amd[0].message
+    assert "Volcano" not in amd[0].message  # a 1.16 pre-release counts as 1.16
+    both = findings(soft_slicing("v1.14.4", "amd64", core=True), "ascend-soft-slicing")
+    assert len(both) == 1 and "v1.14.4" in both[0].message and "amd64" in both[0].message
+    assert (
+        findings(soft_slicing("v1.16.0-alpha.0", "arm64", core=True), "ascend-soft-slicing") == []
+    )
+    # off (the policy's false, or not set and the global switch off): template vNPU, no finding
+    assert findings(soft_slicing("v1.15.1", "amd64", core=False), "ascend-soft-slicing") == []
+    assert findings(soft_slicing("v1.15.1", "amd64", core=None), "ascend-soft-slicing") == []
