@@ -104,6 +104,14 @@ def config_of(obj: dict[str, Any]) -> NodeConfig | None:
     return NodeConfig.from_annotation(annotations.get(contract.ANN_CONFIG))
 
 
+async def began_with_drain(api: client.ApiClient, node: str) -> bool:
+    """The node's transition began with a cordon and a drain, as its Event says (a polling
+    watcher on a loaded machine may first see it in a later phase)."""
+    selector = f"involvedObject.kind=Node,involvedObject.name={node},reason=TransitionStarted"
+    events = await request(api, "GET", "/api/v1/events", query={"fieldSelector": selector})
+    return any("cordoned, draining" in e.get("message", "") for e in events.get("items") or [])
+
+
 def cordoned(obj: dict[str, Any]) -> bool:
     return (obj.get("spec") or {}).get("unschedulable") is True
 

@@ -14,6 +14,7 @@ from tests.cluster.helpers import NodeFactory, PolicyFactory, eventually, patch_
 from tests.cluster.rolloutkit import (
     TransitionCount,
     Watcher,
+    began_with_drain,
     config_of,
     cordoned,
     gpu_pod,
@@ -76,12 +77,6 @@ async def test_a100_pool_to_mig_three_nodes_at_a_time_each_drained_before_releas
         assert phases == sorted(phases, key=order.index), (node, phases)
         if phases[0] != "Draining":
             assert await began_with_drain(api, node), (node, phases)
-
-
-async def began_with_drain(api: client.ApiClient, node: str) -> bool:
-    selector = f"involvedObject.kind=Node,involvedObject.name={node},reason=TransitionStarted"
-    events = await request(api, "GET", "/api/v1/events", query={"fieldSelector": selector})
-    return any("cordoned, draining" in e.get("message", "") for e in events.get("items") or [])
 
 
 async def test_wait_mode_releases_a_node_only_after_its_gpu_pods_end(
