@@ -79,6 +79,17 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("OperatorConfig", "nvidiaDevicePlugin"): (
         "How to recognise NVIDIA's own device plugin pods (they must not run on managed nodes)."
     ),
+    ("OperatorConfig", "nvidiaDevicePluginConfig"): (
+        "The ConfigMap of NVIDIA's device plugin configs (namespace, name, optional key; "
+        "unset: none read): pods asking a resource they rename (time-slicing, MPS) are GPU "
+        "consumers. Read only, granted by name."
+    ),
+    ("OperatorConfig", "gpuDraDrivers"): (
+        "DRA drivers whose ResourceClaims make their pod a GPU consumer (default [gpu.nvidia.com])."
+    ),
+    ("NvidiaPluginConfigRef", "namespace"): "The ConfigMap's namespace.",
+    ("NvidiaPluginConfigRef", "name"): "The ConfigMap's name.",
+    ("NvidiaPluginConfigRef", "key"): "The one config to read (a data key); unset: every key.",
     ("ConfigMapRef", "namespace"): "The ConfigMap's namespace.",
     ("ConfigMapRef", "name"): "The ConfigMap's name.",
     ("ConfigMapRef", "key"): "The data key holding the file: letters, digits, '-', '_', '.'.",

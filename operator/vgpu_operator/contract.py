@@ -39,9 +39,17 @@ ANN_RETAINED: Final = f"{GROUP}/retained"
 # Annotations the operator keeps on the Volcano/HAMi ConfigMaps it renders.
 ANN_OWNED_ENTRIES: Final = f"{GROUP}/owned-entries"  # JSON {node: RFC 3339 of its entry's change}
 ANN_DATA_CHANGED_AT: Final = f"{GROUP}/data-changed-at"  # RFC 3339 of the last data change
+# JSON {node: [the entries by its name a person wrote, as they were before the operator took the
+# node over]}: put back when the node leaves (core.volcano.render.entry_origins)
+ANN_ORIGINAL_ENTRIES: Final = f"{GROUP}/original-entries"
 # Annotation on HAMi's plugin DaemonSets: the placement patch the operator put there (JSON: the
 # nodeSelector entries it set, the tolerations it added; models/placement.py). Cleanup reverts it.
 ANN_PLACEMENT: Final = f"{GROUP}/placement"
+
+# Annotation on a policy (`vgpu-operator cleanup` sets it before deleting one): "false" means its
+# deletion evicts no GPU pod; a node that runs GPU pods keeps its configuration (and the policy its
+# finalizer) until they end (core.rollout.decide). Absent or anything else: drained as usual.
+ANN_EVICT_GPU_PODS: Final = f"{GROUP}/evict-gpu-pods"
 
 # The finalizer on policies (own prefix, not Kopf's default).
 FINALIZER: Final = f"{GROUP}/finalizer"

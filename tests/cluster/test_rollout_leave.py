@@ -4,8 +4,10 @@ chart's RBAC. A deleted policy's nodes that run GPU pods leave `maxUnavailable` 
 drained before the operator's labels and taints come off, its finalizer held until the last has
 left; a PodDisruptionBudget fails a leave (the node stays its pool's, cordoned, the finalizer
 held) until the deleted policy's spec is edited; `onDelete: Retain` leaves them untouched;
-`vgpu-operator cleanup` lets a running operator move them out, and by hand without one it strips
-no node under GPU pods unless `--force`."""
+`vgpu-operator cleanup` lets a running operator move them out (draining GPU pods only with
+`--evict-gpu-pods`: without it no pod is evicted, busy nodes stay configured and are named, their
+policy keeps its finalizer), and by hand without one it strips no node under GPU pods unless
+`--force`."""
 
 from __future__ import annotations
 
@@ -220,9 +222,14 @@ async def test_retain_leaves_nodes_running_gpu_pods_untouched(
 class HeardCleanup(Cleanup):
     """`vgpu-operator cleanup` in-process, keeping what it says."""
 
-    def __init__(self, *, force: bool = False) -> None:
+    def __init__(self, *, force: bool = False, evict: bool = False) -> None:
         super().__init__(
-            OperatorConfig(), dry_run=False, stop_timeout=30.0, leave_timeout=90.0, force=force
+            OperatorConfig(),
+            dry_run=False,
+            stop_timeout=30.0,
+            leave_timeout=90.0,
+            force=force,
+            evict_gpu_pods=evict,
         )
         self.said: list[str] = []
 
@@ -282,7 +289,7 @@ async def test_cleanup_lets_the_running_operator_move_nodes_out_and_keeps_retain
     keys = await pods_on(api, namespace, [*leaving, retained], "work")
     controller = await stand_in_controller(api, namespace, make_nodes)
 
-    cleanup = HeardCleanup()
+    cleanup = HeardCleanup(evict=True)
     await cleanup.run_with(api, controller)
 
     said = "\n".join(cleanup.said)
@@ -305,6 +312,57 @@ async def test_cleanup_lets_the_running_operator_move_nodes_out_and_keeps_retain
     assert f"node {retained}: left everything: policy {kept_policy} was deleted" in said
     running = await pod(api, keys[retained][0])
     assert running is not None and not running["metadata"].get("deletionTimestamp")
+
+
+async def test_cleanup_evicts_no_gpu_pod_unless_told_and_says_so(
+    api: client.ApiClient,
+    namespace: str,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+    operator: OperatorThread,
+) -> None:
+    """The default uninstall: the idle node leaves through the gate, the busy one keeps its
+    configuration and its pod, is named with the pod and the flag, and its policy keeps the
+    finalizer; run again with --evict-gpu-pods (the controller back), it is drained and left."""
+    pool = unique("noevict")
+    busy, idle = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool})
+    name = await policies("noevict", pool_spec(pool, maxUnavailable=2))
+    await eventually(lambda: configured(api, [busy, idle], name), timeout=30)
+    [key] = (await pods_on(api, namespace, [busy], "noevict"))[busy]
+    controller = await stand_in_controller(api, namespace, make_nodes)
+
+    cleanup = HeardCleanup()
+    await cleanup.run_with(api, controller)
+    said = "\n".join(cleanup.said)
+    assert [line.split(":")[0] for line in cleanup.skipped] == [f"node {busy}"], said
+    assert key in cleanup.skipped[0] and "--evict-gpu-pods" in cleanup.skipped[0]
+    assert f"vgpunodepolicy {name}: kept its finalizer" in said
+    running = await pod(api, key)
+    assert running is not None and not running["metadata"].get("deletionTimestamp"), "evicted"
+    kept = await kubeapi.request(api, "GET", kubeapi.node_path(busy))
+    assert kept["metadata"]["labels"][contract.LABEL_POLICY] == name and not cordoned(kept)
+    assert has_taint(kept, contract.DEFAULT_TAINT_KEY)
+    left = await kubeapi.request(api, "GET", kubeapi.node_path(idle))
+    assert operator_keys(left) == [] and not has_taint(left, contract.DEFAULT_TAINT_KEY)
+    assert not await gone(api, name)
+
+    scale = f"/apis/apps/v1/namespaces/{controller[0]}/deployments/{controller[1]}/scale"
+    body = {"spec": {"replicas": 1}}
+    await kubeapi.request(api, "PATCH", scale, body=body, content_type=kubeapi.MERGE_PATCH)
+    deployment = f"/apis/apps/v1/namespaces/{controller[0]}/deployments/{controller[1]}"
+
+    async def available() -> bool:
+        obj = await kubeapi.request(api, "GET", deployment)
+        return bool((obj.get("status") or {}).get("availableReplicas"))
+
+    await eventually(available, timeout=60)
+    again = HeardCleanup(evict=True)
+    await again.run_with(api, controller)
+    assert again.skipped == [] and again.failed == [], again.said
+    assert await gone(api, name)
+    assert await pod(api, key) is None, "drained through the policy's rollout"
+    obj = await kubeapi.request(api, "GET", kubeapi.node_path(busy))
+    assert operator_keys(obj) == [] and not cordoned(obj)
 
 
 async def test_cleanup_by_hand_without_the_operator_skips_nodes_running_gpu_pods(

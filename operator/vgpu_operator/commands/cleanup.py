@@ -2,9 +2,11 @@
 pre-delete hook runs it; it also runs by hand, with or without the operator installed).
 
 In order: while the controller named by `--stop-controller` still runs, delete every policy and
-let it move the nodes out as each policy's `onDelete` says (`Delete`: nodes that run GPU pods
-leave through "Safe transitions", `maxUnavailable` at a time, drained first; `Retain`: left as
-they are), waiting at most `--timeout` seconds for the policies' finalizers; then stop the
+let it move the nodes out as each policy's `onDelete` says (`Delete`: through "Safe
+transitions", `maxUnavailable` at a time; `Retain`: left as they are), waiting at most `--timeout`
+seconds for the policies' finalizers. No GPU pod is evicted unless `--evict-gpu-pods` is given
+(then nodes that run GPU pods are drained first, through the policy's rollout); without it such
+a node keeps its configuration, its policy its finalizer, and both are named; then stop the
 operator's own workloads (`--stop-controller`: its Deployment scaled to 0; `--stop-agent`: the
 agent DaemonSet deleted; then their pods waited for), so nothing writes the nodes again behind
 the cleanup; revert the placement patch of HAMi's plugin DaemonSets (named by `--config`, the
@@ -12,8 +14,10 @@ operator's configuration) unless retained nodes still need it; on every node, wh
 a `Retain` policy's node is marked retained and left as it is, any other is stripped of every
 label, taint and annotation the operator and its agent own (`core.cleanup`), except a node that
 still runs GPU pods, which is skipped and named unless `--force` (`core.cleanup_nodes`); release
-the policies' finalizer. Each write is a PATCH with the resourceVersion it was computed from; an
-object that changed meanwhile is read and planned again. Prints every change. Exit code 0 when
+the policies' finalizer (a deleted policy whose skipped nodes still carry it keeps it, so the
+cleanup can be run again once they are drained, or with `--evict-gpu-pods`). Each write is a
+PATCH with the resourceVersion it was computed from; an object that changed meanwhile is read
+and planned again. Prints every change. Exit code 0 when
 everything is clean, 1 when something could not be changed or a node was skipped, 2 on a bad
 option or an invalid configuration file, 3 when the cluster or a file cannot be reached or read.
 """
@@ -40,7 +44,13 @@ from vgpu_operator.core.cleanup import (
     operator_taints,
     placement_revert,
 )
-from vgpu_operator.core.cleanup_nodes import node_outcome, retained_policies, retaining_node
+from vgpu_operator.core.cleanup_nodes import (
+    finalizers_kept,
+    node_outcome,
+    only_gpu_pod_nodes_left,
+    retained_policies,
+    retaining_node,
+)
 from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds_gpu
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments, resolve
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
@@ -82,6 +92,13 @@ def add_subcommand(sub: Any) -> None:
         metavar="S",
         help="with a running controller (--stop-controller): wait this long for it to move the "
         f"deleted policies' nodes out ({DEFAULT_LEAVE_TIMEOUT:.0f})",
+    )
+    parser.add_argument(
+        "--evict-gpu-pods",
+        action="store_true",
+        help="let the running controller drain nodes that run GPU pods (evicted through the "
+        "Eviction API, each policy's rollout.maxUnavailable at a time); without it no GPU pod is "
+        "evicted and such nodes keep their configuration",
     )
     parser.add_argument(
         "--force",
@@ -126,6 +143,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         stop_timeout=args.stop_timeout,
         leave_timeout=args.timeout,
         force=args.force,
+        evict_gpu_pods=args.evict_gpu_pods,
     )
     try:
         return asyncio.run(cleanup.run(args.kubeconfig, args.context, *stops))
@@ -158,6 +176,7 @@ class Cleanup(OperatorHandoff):
         stop_timeout: float,
         leave_timeout: float = DEFAULT_LEAVE_TIMEOUT,
         force: bool = False,
+        evict_gpu_pods: bool = False,
     ) -> None:
         self.config = config
         self.dry_run = dry_run
@@ -165,6 +184,7 @@ class Cleanup(OperatorHandoff):
         self.leave_timeout = leave_timeout
         self.on_delete = config.on_delete
         self.force = force
+        self.evict_gpu_pods = evict_gpu_pods
         self.failed: list[str] = []
         self.skipped: list[str] = []
         self.skipped_nodes: set[str] = set()
@@ -189,8 +209,11 @@ class Cleanup(OperatorHandoff):
                 self.say(f"  {line}")
             if self.skipped:
                 self.say(
-                    f"cleanup incomplete: {len(self.skipped)} node(s) skipped (GPU pods run on "
-                    "them; --force strips them anyway):"
+                    f"cleanup incomplete: {len(self.skipped)} node(s) left configured (GPU pods "
+                    "run on them, and cleanup evicts none unless told: drain them and run it "
+                    "again, or run it with --evict-gpu-pods (the chart: cleanup.evictGpuPods: "
+                    "true) to drain them through the policies' rollout; --force strips them "
+                    "under their pods):"
                 )
             for line in self.skipped:
                 self.say(f"  {line}")
@@ -248,8 +271,16 @@ class Cleanup(OperatorHandoff):
                 return outcome.change
 
             await self.converge(api, kubeapi.node_path(name), plan, kubeapi.MERGE_PATCH)
+        holding = finalizers_kept(nodes, policies, self.skipped_nodes)
         for policy in policies:
             name = name_of(policy)
+            if name in holding:
+                self.say(
+                    f"vgpunodepolicy {name}: kept its finalizer: node(s) "
+                    f"{', '.join(holding[name][:5])} still carry its configuration (GPU pods run "
+                    "there); run cleanup again once they are drained, or with --evict-gpu-pods"
+                )
+                continue
             await self.converge(
                 api, kubeapi.policy_path(name), finalizer_release, kubeapi.MERGE_PATCH
             )
@@ -295,6 +326,10 @@ class Cleanup(OperatorHandoff):
                 self.say(f"{change.ref}: {prefix}{line}")
         for line in change.left:
             self.say(f"{change.ref}: left {line}")
+
+    async def only_gpu_pod_nodes_left(self, api: Any, policies: set[str]) -> bool:
+        nodes = (await kubeapi.list_all(api, kubeapi.node_path())).items
+        return only_gpu_pod_nodes_left(nodes, policies, set(await self.gpu_pods(api)))
 
     async def gpu_pods(self, api: Any) -> dict[str, tuple[str, ...]]:
         """Node -> the GPU pods running on it (what the controller's pod index holds: pods

@@ -1,8 +1,13 @@
 """The operator's side of `vgpu-operator cleanup` (`cleanup`): while its controller still runs,
-the policies are deleted and it moves their nodes out as each policy's `onDelete` says (nodes
-that run GPU pods through "Safe transitions"), waited for within a bound; then the controller
-and the agent are stopped and their pods waited for, so nothing writes the nodes again behind
-the cleanup."""
+the policies are deleted and it moves their nodes out as each policy's `onDelete` says, waited
+for within a bound; then the controller and the agent are stopped and their pods waited for, so
+nothing writes the nodes again behind the cleanup.
+
+GPU pods are evicted only when asked (`--evict-gpu-pods`; the chart's `cleanup.evictGpuPods`):
+each policy is first annotated `vgpu.volcano.sh/evict-gpu-pods` "true" or "false" (the
+controller reads it, `core.rollout.decide`). Without it, the controller moves out the nodes
+that run no GPU pods (through the gate, as ever) and keeps the others configured; the wait ends
+as soon as only those are left, and they are named."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from vgpu_operator import contract, kubeapi
 
 DEFAULT_LEAVE_TIMEOUT = 240.0  # the chart's cleanup.leaveTimeoutSeconds
 POLL_SECONDS = 1.0
+SETTLED_EVERY = 5  # polls between reads of the nodes and GPU pods left (nothing evicted)
 
 
 def name_of(obj: Mapping[str, Any]) -> str:
@@ -49,6 +55,13 @@ class OperatorHandoff:
     stop_timeout: float
     leave_timeout: float
     on_delete: str  # the operator config's default of a policy's spec.onDelete
+    evict_gpu_pods: bool = False  # --evict-gpu-pods: the deletions may drain GPU pods
+
+    async def only_gpu_pod_nodes_left(self, api: Any, policies: set[str]) -> bool:
+        """The policies' remaining nodes all run GPU pods (what a deletion that evicts nothing
+        keeps): nothing more to wait for. `Cleanup` reads the cluster for it."""
+        del api, policies
+        return False
 
     def _how(self, policy: Mapping[str, Any]) -> str:
         """What the controller does with the policy's nodes on its deletion."""
@@ -90,20 +103,34 @@ class OperatorHandoff:
         ]
         if not names:
             return
+        evict = "true" if self.evict_gpu_pods else "false"
+        pods = (
+            "nodes running GPU pods drained through its rollout"
+            if self.evict_gpu_pods
+            else "nodes running GPU pods kept configured, no pod evicted (--evict-gpu-pods not "
+            "given)"
+        )
         if self.dry_run:
             for name in names:
                 self.say(
-                    f"vgpunodepolicy {name}: (dry run, not done) would be deleted and its nodes "
-                    f"moved out by the running controller (waiting up to {self.leave_timeout:.0f}s)"
+                    f"vgpunodepolicy {name}: (dry run, not done) would be annotated "
+                    f"{contract.ANN_EVICT_GPU_PODS}={evict}, deleted and its nodes moved out by "
+                    f"the running controller ({pods}; waiting up to {self.leave_timeout:.0f}s)"
                 )
             return
         for name in names:
             with contextlib.suppress(kubeapi.NotFound):
-                await kubeapi.request(api, "DELETE", kubeapi.policy_path(name))
-            self.say(f"vgpunodepolicy {name}: deleted; the controller moves its nodes out")
+                body = {"metadata": {"annotations": {contract.ANN_EVICT_GPU_PODS: evict}}}
+                path = kubeapi.policy_path(name)
+                await kubeapi.request(
+                    api, "PATCH", path, body=body, content_type=kubeapi.MERGE_PATCH
+                )
+                await kubeapi.request(api, "DELETE", path)
+            self.say(f"vgpunodepolicy {name}: deleted; the controller moves its nodes out ({pods})")
         deadline = time.monotonic() + self.leave_timeout
         how = {name_of(p): self._how(p) for p in policies}
         pending, said = set(names), dict.fromkeys(names, "")
+        polls = 0
         while True:
             waiting = {}
             for policy in await self.policies(api):
@@ -120,6 +147,18 @@ class OperatorHandoff:
                 self.say(f"vgpunodepolicy {name}: {how[name]}; finalizer released")
             pending = set(waiting)
             if not pending:
+                return
+            polls += 1
+            if (
+                not self.evict_gpu_pods
+                and polls % SETTLED_EVERY == 0
+                and await self.only_gpu_pod_nodes_left(api, pending)
+            ):
+                self.say(
+                    f"{len(pending)} policy(ies) ({', '.join(sorted(pending))}): every node left "
+                    "runs GPU pods and keeps its configuration (no pod is evicted without "
+                    "--evict-gpu-pods); they are named below"
+                )
                 return
             if time.monotonic() >= deadline:
                 self.say(

@@ -3,9 +3,9 @@
     Settings (frozen: credentials, options, operator config)
       -> start(): one API client, one Event poster,
                   informers of Nodes and policies (kubeapi.list_watch), the pod index (pods
-                  holding GPU resources, per node), the DaemonSet informer, the policy
-                  reconciler, the configuration reconciler, the unschedulable pod warnings;
-                  their tasks
+                  holding GPU resources, per node), the claim index (ResourceClaims' drivers),
+                  the DaemonSet informer, the policy reconciler, the configuration reconciler,
+                  the unschedulable pod warnings; their tasks
       -> Controller.stop()
 
 Kopf (controller.handlers) calls `start` from its start-up hook, directly or once this replica
@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.claims import ClaimIndex
 from vgpu_operator.controller.discovery import discover_at_start
 from vgpu_operator.controller.informer import DELETED, Change, Informer
 from vgpu_operator.controller.kept import (
@@ -101,6 +102,7 @@ class Controller:
             api, "policies", kubeapi.policy_path(), policy_entry, self.policy_event
         )
         self.pods = PodIndex(api, gpu_resources(settings.config), self.pod_event)
+        self.claims = ClaimIndex(api)  # which driver allocated a pod's ResourceClaim
         # Held by namespace/name: the plugin is found by both, and a same-named DaemonSet in
         # another namespace must not replace it.
         self.daemonsets: Informer[Obj] = Informer(
@@ -160,13 +162,14 @@ class Controller:
                 nodes_idle=self.reconciler.idle,
             )
         self.tasks: list[asyncio.Task[None]] = []
-        self._seen_policies: dict[str, tuple[int, bool, tuple[str, ...]]] = {}
+        self._seen_policies: dict[str, tuple[int, bool, tuple[str, ...], bool]] = {}
 
     def launch(self) -> None:
         tasks = {
             "vgpu-watch-nodes": self.nodes.run(),
             "vgpu-watch-policies": self.policies.run(),
             "vgpu-watch-pods": self.pods.run(),
+            "vgpu-watch-resourceclaims": self.claims.run(),
             # No pass before both listings are in: with the policies not yet known, every
             # owned node would look like a node of a deleted policy, and be cleaned.
             "vgpu-reconciler": after(self.wait_reconcile_sources(), self.reconciler.run()),
@@ -238,6 +241,7 @@ class Controller:
         return self.volcano is not None and not self.volcano.due() and self.reconciler.idle.is_set()
 
     def snapshot_taken(self, snapshot: ClusterSnapshot) -> None:
+        self.pods.snapshot_taken(snapshot)  # NVIDIA's device plugin's renamed resources
         try:
             self.unschedulable.snapshot_taken(snapshot, self.pods.unbound())
         except Exception:  # the warnings must not fail the configuration pass
@@ -268,8 +272,11 @@ class Controller:
         return self.volcano.last_snapshot, self.volcano.last_read_at
 
     def rollout_pods(self, name: str) -> list[Obj] | None:
-        """The GPU pods on a node, for the drain; None until the pod index is synced."""
-        return self.pods.pods_on(name) if self.pods.synced.is_set() else None
+        """The GPU consumers on a node, for the drain (a claim by the claim index now: absent
+        or not synced, it counts); None until the pod index is synced."""
+        if not self.pods.synced.is_set():
+            return None
+        return self.pods.consumers_on(name, self.claims.drivers())
 
     def node_object(self, name: str) -> Obj | None:
         node = self.nodes.items.get(name)
@@ -357,7 +364,9 @@ class Controller:
         meta = change.obj.get("metadata") or {}
         finalizers = change.item.finalizers
         deleting = change.item.parsed.deleting
-        key = (int(meta.get("generation") or 0), deleting, finalizers)
+        policy = change.item.parsed.policy
+        evict = policy is None or policy.evict_gpu_pods  # (cleanup's contract.ANN_EVICT_GPU_PODS)
+        key = (int(meta.get("generation") or 0), deleting, finalizers, evict)
         if self._seen_policies.get(name) == key:
             return  # a status write (ours) or a label/annotation edit: nothing to do
         self._seen_policies[name] = key

@@ -32,6 +32,7 @@ from vgpu_operator.core.rollout.gpu_pods import (
 )
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.gpu_resources import ClaimDrivers, claim_drivers
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,
     PLUGIN_CM_NAMESPACES,
@@ -41,6 +42,8 @@ from vgpu_operator.models.volcano_views import WorkloadView, parse_scheduler_con
 
 Obj = dict[str, Any]
 PAGE = 500
+# ResourceClaims (kubernetes/api@v0.34.0:resource/v1/types.go, GA in Kubernetes 1.34).
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -132,16 +135,24 @@ def configmap_refs(config: OperatorConfig) -> list[tuple[str, str]]:
     return list(dict.fromkeys(refs))
 
 
+def read_only_configmap_refs(config: OperatorConfig) -> list[tuple[str, str]]:
+    """ConfigMaps the operator reads and never writes: NVIDIA's device plugin configs
+    (`nvidiaDevicePluginConfig`, the resource names they rename to are GPU consumers)."""
+    ref = config.nvidia_device_plugin_config
+    return [] if ref is None or ref.ref() in configmap_refs(config) else [ref.ref()]
+
+
 def watched_objects(config: OperatorConfig) -> list[tuple[str, str, str]]:
     """(kind, namespace, name) of each object the controller watches by name: the ConfigMaps
     the rules read and the scheduler Deployment. Each is one list/watch of its namespace with
     the field selector metadata.name=<name>, which RBAC authorizes against `resourceNames`
     (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources):
-    the chart's Roles grant exactly these names, and no ConfigMap or Deployment is read
-    across the cluster."""
+    the chart's Roles grant exactly these names (the read-only ones without update or patch),
+    and no ConfigMap or Deployment is read across the cluster."""
     dep = config.scheduler.deployment
     return [
         *(("ConfigMap", ns, name) for ns, name in configmap_refs(config)),
+        *(("ConfigMap", ns, name) for ns, name in read_only_configmap_refs(config)),
         ("Deployment", dep.namespace, dep.name),
     ]
 
@@ -166,7 +177,7 @@ def scheduler_device_ref(
 
 
 async def read_configmaps(api: client.ApiClient, config: OperatorConfig) -> list[Obj]:
-    refs = configmap_refs(config)
+    refs = [*configmap_refs(config), *read_only_configmap_refs(config)]
     found = await asyncio.gather(*(get_or_none(api, configmap_path(ns, n)) for ns, n in refs))
     by_ref = {ref: cm for ref, cm in zip(refs, found, strict=True) if cm is not None}
     extra = scheduler_device_ref(config, by_ref.get(config.scheduler.config_map.ref()))
@@ -222,6 +233,32 @@ async def read_pods(api: client.ApiClient) -> list[Obj]:
     return [compact_pod(p) for p in pods]
 
 
+def compact_claim(claim: Mapping[str, Any]) -> Obj:
+    """What is read of a ResourceClaim: its identity and its allocation's drivers."""
+    meta = claim.get("metadata") or {}
+    drivers = sorted(claim_drivers(claim))
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+        "status": {"allocation": {"devices": {"results": [{"driver": d} for d in drivers]}}},
+    }
+
+
+async def read_claims(api: client.ApiClient) -> ClaimDrivers | None:
+    """Every ResourceClaim's allocated drivers (`doctor`, `plan`); None when they cannot be
+    listed (no resource.k8s.io/v1 on the cluster, no right to list them): every claim then
+    counts."""
+    try:
+        claims = await list_all(api, CLAIMS_PATH)
+    except kubeapi.ApiError:
+        return None
+    return {_key(c): claim_drivers(c) for c in claims}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    namespace, name = _ref_of(obj)
+    return f"{namespace}/{name}"
+
+
 def component_workloads(
     config: OperatorConfig, deployments: list[Obj], daemonsets: list[Obj]
 ) -> list[WorkloadView]:
@@ -269,17 +306,22 @@ async def read_snapshot(
     """Everything the rules read, in a handful of requests (plus one per 500 listed objects).
     What the caller already has from its watches, it hands in: `nodes` (compact), `daemonsets`
     (compact, every one) and `gpu_pods` (the pods holding GPU resources; the components' pods
-    are then listed per workload). None: listed across the cluster (`doctor`)."""
+    are then listed per workload). None: listed across the cluster (`doctor`), and the
+    ResourceClaims with them (the controller keeps its own, `controller.claims`)."""
 
     async def given(items: list[Obj] | None) -> list[Obj]:
         assert items is not None
         return items
 
-    configmaps, (deployments, found), node_list, pods = await asyncio.gather(
+    async def no_claims() -> ClaimDrivers | None:
+        return None
+
+    configmaps, (deployments, found), node_list, pods, claims = await asyncio.gather(
         read_configmaps(api, config),
         read_workloads(api, config, daemonsets),
         read_nodes(api) if nodes is None else given(nodes),
         read_pods(api) if gpu_pods is None else given(gpu_pods),
+        read_claims(api) if gpu_pods is None else no_claims(),
     )
     if gpu_pods is not None:
         views = component_workloads(config, deployments, found)
@@ -292,4 +334,5 @@ async def read_snapshot(
         daemonsets=found,
         nodes=node_list,
         pods=pods,
+        claims=claims,
     )

@@ -26,7 +26,11 @@ from kubernetes_asyncio import client
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
-from vgpu_operator.controller.snapshot import configmap_refs, read_snapshot
+from vgpu_operator.controller.snapshot import (
+    configmap_refs,
+    read_only_configmap_refs,
+    read_snapshot,
+)
 from vgpu_operator.controller.volcano_writes import enforce_configuration
 from vgpu_operator.controller.write_results import (
     WriteBackoff,
@@ -150,7 +154,8 @@ class VolcanoReconciler:
         cfg = self.config
         if kind == "ConfigMap":
             ref = (namespace or "", name)
-            return ref in configmap_refs(cfg) or ref == self._scheduler_device
+            read = (*configmap_refs(cfg), *read_only_configmap_refs(cfg))
+            return ref in read or ref == self._scheduler_device
         if kind == "DaemonSet":
             refs = {
                 (cfg.device_plugin.namespace, cfg.device_plugin.name),

@@ -8,8 +8,9 @@
   read it after an uninstall: the released configuration, the agent's state label and inventory,
   the rollout record, and what a transition under way did (`vgpu.volcano.sh/rollout`): the
   GPU Operator's operand switches it paused are put back, a node it cordoned is uncordoned. A
-  record that is not trusted (`OwnedRecordUntrusted`) is left with the
-  labels and taints it names; only the node contract's own keys go.
+  record that does not parse is left with the labels and taints it names; only the node
+  contract's own keys go. Entries of a record the operator may not own
+  (`core.nodes.facts.disowned_entries`: Kubernetes' own keys, ...) are left on the node and named.
 - HAMi's plugin DaemonSets: the placement patch `core.volcano.placement.plan_placement` adds is
   reverted as the DaemonSet's own record says (`vgpu.volcano.sh/placement`, written in the same
   PATCH): the nodeSelector entry `vgpu.volcano.sh/device-plugin` and each toleration the
@@ -129,6 +130,10 @@ def node_cleanup(raw: Mapping[str, Any]) -> Change:
             "the operator); turn MIG off by hand where needed: nvidia-smi -mig 0"
         )
     left += _changed_by_others(facts)
+    left += [
+        f"{entry} (listed in {contract.ANN_OWNED}, but never the operator's to remove)"
+        for entry in facts.disowned
+    ]
     did = node_words(facts, labels, annotations, body.get("spec"))
     patch = body if (labels or annotations or "spec" in body) else None
     return Change("Node", facts.name, None, patch, tuple(did), tuple(left))
@@ -174,8 +179,14 @@ def node_words(
         else:
             did.append(f"restored label {key}={value} (its value before the operator)")
     if spec is not None and "taints" in spec:
-        kept = {taint_key(t) for t in spec.get("taints") or []}
+        kept = {taint_key(t): t for t in spec.get("taints") or []}
         did += [f"removed taint {_taint_text(t)}" for t in facts.taints if taint_key(t) not in kept]
+        now = facts.taint_map()
+        did += [
+            f"restored taint {_taint_text(t)} (its value before the operator)"
+            for key, t in kept.items()
+            if key in now and (now[key].get("value") or "") != (t.get("value") or "")
+        ]
     if spec is not None and "unschedulable" in spec:
         did.append("uncordoned (a transition of the operator had cordoned it)")
     did += [f"removed annotation {key}" for key, value in annotations.items() if value is None]

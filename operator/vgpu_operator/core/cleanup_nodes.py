@@ -13,12 +13,17 @@ running work allow. Pure: no I/O.
 - Any other node is stripped of what the operator set (`core.cleanup.node_cleanup`), unless GPU
   pods still run on it: taking HAMi's placement, the taint and the node-config entry from under
   them offers their GPUs again as whole GPUs (or turns MIG off under them), so such a node is
-  skipped and named, unless `force`.
+  left configured and named (with its pods and what to do), unless `force`; a deleted policy
+  such a node still carries keeps its finalizer (`finalizers_kept`), so that a later run can
+  still move the node out through the policy's rollout. The cleanup never evicts a pod itself:
+  only the running controller does, through the gate, and only when the policies say so
+  (`--evict-gpu-pods`); without it the wait for the controller ends once every node left runs
+  GPU pods (`only_gpu_pod_nodes_left`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +36,14 @@ from vgpu_operator.core.rollout.arrive import restored_operands
 
 MAX_NAMED_PODS = 5
 
-__all__ = ["NodeOutcome", "node_outcome", "retained_policies", "retaining_node"]
+__all__ = [
+    "NodeOutcome",
+    "finalizers_kept",
+    "node_outcome",
+    "only_gpu_pod_nodes_left",
+    "retained_policies",
+    "retaining_node",
+]
 
 
 def retained_policies(
@@ -49,15 +61,18 @@ def retaining_node(
     default: adoption.OnDelete,
 ) -> bool:
     """Whether the node is left as it is: a `Retain` deletion left it already, or its policy
-    (one of `known`) is in `retained`; a policy that no longer exists says nothing, so the
-    operator config's `default` decides."""
+    (one of `known`) is in `retained`; for a policy that no longer exists the node's own record
+    decides (`onDelete` in `vgpu.volcano.sh/owned`, as the controller does), and when it says
+    nothing, the operator config's `default`."""
     facts = node_facts(raw)
     if adoption.left_retained(facts):
         return True
     policy = facts.policy_label
     if policy is None:
         return False
-    return policy in retained if policy in known else default == "Retain"
+    if policy in known:
+        return policy in retained
+    return (adoption.recorded_on_delete(facts) or default) == "Retain"
 
 
 @dataclass(frozen=True)
@@ -122,8 +137,10 @@ def node_outcome(
     why = (
         f"everything: {len(gpu_pods)} GPU pod(s) run on it ({names}{more}){cordon}; removing "
         "the operator's placement, taints and configuration under them would offer their GPUs "
-        "to other pods (or turn MIG off under them). Drain them (kubectl drain), then run "
-        "cleanup again, or run it with --force"
+        "to other pods (or turn MIG off under them), and cleanup evicts no GPU pod unless told. "
+        "Drain them (kubectl drain) and run cleanup again, or run it with --evict-gpu-pods "
+        "(helm: cleanup.evictGpuPods=true) while the controller runs, to drain them through the "
+        "policy's rollout, or with --force to strip it under them"
     )
     return NodeOutcome(Change("Node", facts.name, None, None, (), (why,)), skipped=why)
 
@@ -132,3 +149,44 @@ def _cordoned_by_us(facts: NodeFacts) -> bool:
     left: list[str] = []
     record = cleanup_rollout(facts, left)
     return record is not None and record.cordoned and bool(facts.unschedulable)
+
+
+def _leave_policy(facts: NodeFacts) -> str | None:
+    """The policy a transition on the node is charged to (a leave after its release)."""
+    left: list[str] = []
+    record = cleanup_rollout(facts, left)
+    return record.policy if record is not None else None
+
+
+def only_gpu_pod_nodes_left(
+    nodes: Iterable[Mapping[str, Any]], policies: Collection[str], busy: Collection[str]
+) -> bool:
+    """Every node still held for one of `policies` (its label, or a transition charged to it)
+    runs GPU pods (`busy`): what a deletion that evicts nothing keeps, and nothing else."""
+    for raw in nodes:
+        facts = node_facts(raw)
+        held = facts.policy_label in policies or _leave_policy(facts) in policies
+        if held and facts.name not in busy:
+            return False
+    return True
+
+
+def finalizers_kept(
+    nodes: Iterable[Mapping[str, Any]],
+    policies: Iterable[Mapping[str, Any]],
+    skipped: Collection[str],
+) -> dict[str, list[str]]:
+    """{deleted policy: its skipped nodes}: the policies whose finalizer stays, because a node
+    left configured (GPU pods run there) still carries them."""
+    deleting = {
+        str(meta.get("name", ""))
+        for p in policies
+        if (meta := p.get("metadata") or {}).get("deletionTimestamp")
+    }
+    out: dict[str, list[str]] = {}
+    for raw in nodes:
+        facts = node_facts(raw)
+        policy = facts.policy_label
+        if facts.name in skipped and policy in deleting:
+            out.setdefault(str(policy), []).append(facts.name)
+    return {name: sorted(found) for name, found in out.items()}

@@ -36,7 +36,7 @@ from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.arrival import arrival_kind
 from vgpu_operator.core.rollout.arrive import ChangeKind, NodeView
 from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
-from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds_gpu
+from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, holds_gpu, snapshot_gpu_resources
 from vgpu_operator.core.rollout.leave import plan_with_leaves
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.rules.base import Finding
@@ -130,12 +130,12 @@ class Plan:
 
 
 def _gpu_pods(s: ClusterSnapshot, node: str) -> tuple[str, ...]:
-    resources = gpu_resources(s.config)
+    resources = snapshot_gpu_resources(s)
     return tuple(
         sorted(
             f"{meta(p).get('namespace')}/{name_of(p)}"
             for p in s.pods_on(node)
-            if not pod_done(p) and holds_gpu(p, resources)
+            if not pod_done(p) and holds_gpu(p, resources, s.claims)
         )
     )
 
@@ -257,12 +257,12 @@ def _decide(
 ) -> RolloutPlan:
     """The rollout's decision from what the controller would hand it: each node's GPU pods and
     the plugin's registration."""
-    resources = gpu_resources(s.config)
+    resources = snapshot_gpu_resources(s)
     pods: dict[str, tuple[GpuPod, ...]] = {}
     registrations: dict[str, str] = {}
     for n in s.nodes:
         name = name_of(n)
-        on = [p for p in s.pods_on(name) if not pod_done(p) and holds_gpu(p, resources)]
+        on = [p for p in s.pods_on(name) if not pod_done(p) and holds_gpu(p, resources, s.claims)]
         pods[name] = tuple(g for g in map(gpu_pod_of, on) if g is not None)
         if text := annotations_of(n).get(REGISTER_ANNOTATION):
             registrations[name] = text

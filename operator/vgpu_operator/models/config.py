@@ -21,7 +21,7 @@ before anything reads or writes (`auto_fields`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -30,6 +30,7 @@ from vgpu_operator.models.config_errors import ConfigError, ConfigIssue, validat
 from vgpu_operator.models.config_mig import MigGeometries
 from vgpu_operator.models.config_refs import (
     AUTO,
+    DNS_SUBDOMAIN,
     ConfigMapRef,
     ConfigModel,
     ResourceNames,
@@ -38,6 +39,8 @@ from vgpu_operator.models.config_refs import (
     cross_field_error,
     fix_hint,
 )
+from vgpu_operator.models.gpu_resources import DEFAULT_DRA_DRIVERS
+from vgpu_operator.models.nvidia_plugin_config import NvidiaPluginConfigRef
 
 
 class DeviceDefaults(ConfigModel):
@@ -110,6 +113,18 @@ class NvidiaDevicePluginMatch(ConfigModel):
     image_substrings: list[str] = Field(
         default_factory=lambda: ["nvidia/k8s-device-plugin"], alias="imageSubstrings"
     )
+
+
+# A DRA driver's name: a DNS subdomain of at most 63 characters
+# (kubernetes/api@v0.34.0:resource/v1/types.go `DeviceRequestAllocationResult.Driver`).
+DraDriver = Annotated[
+    str,
+    Field(
+        pattern=DNS_SUBDOMAIN,
+        max_length=63,
+        json_schema_extra=fix_hint("use a DRA driver's name, e.g. gpu.nvidia.com"),
+    ),
+]
 
 
 class OperatorConfig(ConfigModel):
@@ -185,6 +200,21 @@ class OperatorConfig(ConfigModel):
         json_schema_extra=fix_hint(
             "true (the default): a node is written only when it shows its mode's hardware; "
             "false only in clusters without GPU Feature Discovery or the device plugins"
+        ),
+    )
+    # NVIDIA's device plugin configs (time-slicing, MPS): pods asking a name they rename a
+    # resource to are GPU consumers (models.nvidia_plugin_config). Unset: none read.
+    nvidia_device_plugin_config: NvidiaPluginConfigRef | None = Field(
+        default=None, alias="nvidiaDevicePluginConfig"
+    )
+    # DRA drivers whose ResourceClaims make their pod a GPU consumer (models.gpu_resources).
+    gpu_dra_drivers: list[DraDriver] = Field(
+        default_factory=lambda: list(DEFAULT_DRA_DRIVERS),
+        alias="gpuDraDrivers",
+        max_length=64,
+        json_schema_extra=fix_hint(
+            "list DRA driver names (DNS subdomains of at most 63 characters), e.g. "
+            "[gpu.nvidia.com]; [] counts no ResourceClaim"
         ),
     )
 

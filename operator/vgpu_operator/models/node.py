@@ -67,17 +67,34 @@ class NodeConfig(BaseModel):
 
 
 class Owned(BaseModel):
-    """What the operator put on a node: only these are ever removed by it."""
+    """What the operator put on a node: only these are ever removed by it.
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    A label or taint the node had before with exactly the value a policy wanted, recorded under
+    `adoptExisting`, keeps the user's value in `replaced` / `replacedTaints`: it is put back,
+    never removed, when the node leaves (core.nodes.patch). `onDelete` is the node's policy's
+    choice when the operator last configured it, so a policy that vanished without the
+    operator's finalizer pass still decides what its nodes keep (core.nodes.adoption)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
-    # Labels the operator overwrote, with the value a user had set before (restored on leave).
+    # Labels the operator overwrote or adopted, with the value a user had set before (restored
+    # on leave).
     replaced: dict[str, str] = Field(default_factory=dict)
+    # Taints a user had set before, adopted with the same key and effect (restored on leave).
+    replaced_taints: list[Taint] = Field(default_factory=list, alias="replacedTaints")
+    # The policy's `spec.onDelete` (its own, or the operator config's default) when it was set.
+    on_delete: Literal["Delete", "Retain"] | None = Field(default=None, alias="onDelete")
 
     def to_annotation(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """The annotation's JSON; the fields added later only when set, so a record written
+        before them reads back as the same text."""
+        body = self.model_dump(mode="json", by_alias=True)
+        for key in ("replacedTaints", "onDelete"):
+            if not body.get(key):
+                body.pop(key, None)
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_annotation(cls, raw: str | None) -> Owned:

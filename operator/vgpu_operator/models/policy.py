@@ -157,7 +157,8 @@ class VGPUNodePolicySpec(PolicyModel):
         description="A label or taint a node already carries with exactly the value this "
         "policy wants is never a collision and costs no write. false (the default): it stays "
         "the user's and is never removed; true: it is recorded as the operator's "
-        "(vgpu.volcano.sh/owned) and removed when the node leaves the pool.",
+        "(vgpu.volcano.sh/owned, so a later change of the policy's value is no collision) "
+        "together with the user's value, which is put back when the node leaves the pool.",
     )
     on_delete: Literal["Delete", "Retain"] | None = Field(
         default=None,
@@ -338,6 +339,9 @@ class VGPUNodePolicy(PolicyModel):
     generation: int = 1
     uid: str = ""
     deleting: bool = False
+    # False: its deletion evicts no GPU pod (annotation `vgpu.volcano.sh/evict-gpu-pods: "false"`,
+    # what `vgpu-operator cleanup` sets unless told to evict)
+    evict_gpu_pods: bool = True
     spec: VGPUNodePolicySpec
 
     RULES = (

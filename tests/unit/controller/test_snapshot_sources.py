@@ -1,6 +1,7 @@
 """`read_snapshot` with the controller's watches as sources, on the wire: the pods of the
 components are listed per workload (namespace and label selector), the configured plugins are
-read by name, and nothing is listed across the cluster. `doctor` (no sources) lists."""
+read by name, and nothing is listed across the cluster. `doctor` (no sources) lists, the
+ResourceClaims too."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ import pytest
 from aiohttp import web
 
 from tests.kit.volcano_fixtures import deployment, healthy_daemonset, pod
-from tests.kit.wire import Wire, serve
-from vgpu_operator.controller.snapshot import compact_daemonset, read_snapshot
-from vgpu_operator.models.config import OperatorConfig
+from tests.kit.wire import Wire, error, serve
+from vgpu_operator.controller.snapshot import (
+    compact_daemonset,
+    read_claims,
+    read_only_configmap_refs,
+    read_snapshot,
+    watched_objects,
+)
+from vgpu_operator.models.config import OperatorConfig, load_config
 
 
 @pytest.fixture
@@ -121,18 +128,58 @@ async def test_a_controller_pass_lists_no_pod_or_daemonset_across_the_cluster(wi
     assert snap.plugin is not None and snap.plugin.name == "volcano-device-plugin"
 
 
-async def test_doctor_lists_pods_and_daemonsets(wire: Wire) -> None:
+async def test_doctor_lists_pods_daemonsets_and_resource_claims(wire: Wire) -> None:
     listed: list[str] = []
+    allocated = {"allocation": {"devices": {"results": [{"driver": "gpu.nvidia.com"}]}}}
+    gpu_claim = {"metadata": {"name": "c", "namespace": "team-a"}, "status": allocated}
 
     async def lister(request: web.Request) -> web.Response:
         listed.append(request.path)
-        return items()
+        return items(gpu_claim) if "resourceclaims" in request.path else items()
 
     wire.on("GET", "/api/v1/pods", lister)
     wire.on("GET", "/apis/apps/v1/daemonsets", lister)
+    wire.on("GET", "/apis/resource.k8s.io/v1/resourceclaims", lister)
     async with wire.client() as api:
-        await read_snapshot(api, OperatorConfig(), nodes=[])
-    assert sorted(listed) == ["/api/v1/pods", "/apis/apps/v1/daemonsets"]
+        snap = await read_snapshot(api, OperatorConfig(), nodes=[])
+    assert sorted(listed) == [
+        "/api/v1/pods",
+        "/apis/apps/v1/daemonsets",
+        "/apis/resource.k8s.io/v1/resourceclaims",
+    ]
+    assert snap.claims == {"team-a/c": {"gpu.nvidia.com"}}
+
+
+async def test_claims_that_cannot_be_listed_leave_every_claim_counting(wire: Wire) -> None:
+    """No resource.k8s.io/v1 (before Kubernetes 1.34: 404) or no right to list (403)."""
+
+    async def forbidden(_: web.Request) -> web.Response:
+        return error(403, "resourceclaims.resource.k8s.io is forbidden")
+
+    wire.on("GET", "/apis/resource.k8s.io/v1/resourceclaims", forbidden)
+    async with wire.client() as api:
+        assert await read_claims(api) is None
+        snap = await read_snapshot(api, OperatorConfig(), nodes=[], gpu_pods=[], daemonsets=[])
+    assert snap.claims is None  # the controller keeps its own (controller.claims)
+
+
+async def test_nvidias_plugin_config_is_read_by_name(wire: Wire) -> None:
+    cm = {"metadata": {"namespace": "gpu-operator", "name": "time-slicing-config"}, "data": {}}
+    path = "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config"
+
+    async def get(_: web.Request) -> web.Response:
+        return web.json_response(cm)
+
+    wire.on("GET", path, get)
+    config = load_config(
+        "nvidiaDevicePluginConfig: {namespace: gpu-operator, name: time-slicing-config}"
+    )
+    assert ("ConfigMap", "gpu-operator", "time-slicing-config") in watched_objects(config)
+    async with wire.client() as api:
+        snap = await read_snapshot(api, config, nodes=[], gpu_pods=[], daemonsets=[])
+    assert snap.configmap("gpu-operator", "time-slicing-config") is not None
+    assert path in [r.path for r in wire.requests]
+    assert read_only_configmap_refs(OperatorConfig()) == []
 
 
 def test_a_compact_daemonset_keeps_spec_and_metadata_but_not_status() -> None:

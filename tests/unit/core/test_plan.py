@@ -128,6 +128,38 @@ def test_mode_change_of_a_pool_with_running_gpu_pods() -> None:
     assert p.appearing, p.appearing
 
 
+def claim_pod(name: str, on: str, claim: str) -> dict[str, Any]:
+    """A pod asking no GPU resource, holding the ResourceClaim `claim` (made from a template)."""
+    return {
+        "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}"},
+        "spec": {
+            "nodeName": on,
+            "containers": [{"name": "main", "resources": {"limits": {"cpu": "1"}}}],
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "one"}],
+        },
+        "status": {
+            "phase": "Running",
+            "resourceClaimStatuses": [{"name": "dev", "resourceClaimName": claim}],
+        },
+    }
+
+
+def test_a_pod_whose_claim_a_gpu_driver_allocated_is_drained_and_no_other() -> None:
+    steady, live = a100_cluster()
+    change = json.loads(json.dumps(live))
+    change["spec"]["mode"] = "mig"
+    change["spec"]["mig"] = {"partitioning": "dynamic"}
+    parsed = parse_policy(proposed({"a100-pool": live}, change))
+    pods = [claim_pod("infer", "a100-1", "infer-gpu"), claim_pod("router", "a100-1", "nic")]
+    claims = {"team-a/infer-gpu": frozenset({"gpu.nvidia.com"}), "team-a/nic": frozenset({"x.io"})}
+    s = replace(steady, pods=[*steady.pods, *pods], claims=claims)
+    by_node = {n.node: n for n in plan(s, [parsed], LATER).nodes}
+    assert by_node["a100-1"].gpu_pods == ("team-a/infer",)
+    # claims that could not be listed: every claim counts
+    by_node = {n.node: n for n in plan(replace(s, claims=None), [parsed], LATER).nodes}
+    assert by_node["a100-1"].gpu_pods == ("team-a/infer", "team-a/router")
+
+
 def test_live_policy_unchanged_plans_nothing() -> None:
     steady, live = a100_cluster()
     same = parse_policy(proposed({"a100-pool": live}, live))

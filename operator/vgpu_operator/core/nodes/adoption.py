@@ -7,7 +7,9 @@ the operator never removes it when the node leaves the pool. With `adoptExisting
 recorded as the operator's (`core.nodes.planner.Desired.adopt`), and removed like any label the
 operator set.
 
-Leaving (`spec.onDelete`, default from the operator config's `onDelete`): `Delete` releases the
+Leaving (`spec.onDelete`, default from the operator config's `onDelete`; recorded on each node in
+`vgpu.volcano.sh/owned` as `onDelete` when it is `Retain` or set explicitly, so a policy that
+vanishes without the operator's finalizer pass still decides): `Delete` releases the
 policy's nodes (the operator removes what its record says it set, and parks a MIG node in
 whole-GPU mode); `Retain` leaves every label, taint, MIG layout and released configuration in
 place and only stops managing the node: one PATCH drops the ownership record, the desired
@@ -36,6 +38,7 @@ __all__ = [
     "adopted",
     "left_retained",
     "on_delete",
+    "recorded_on_delete",
     "retain_patch",
     "retains",
     "with_on_delete_default",
@@ -64,11 +67,25 @@ def with_on_delete_default(
     return out
 
 
-def retains(old_owner: str | None, policies: Mapping[str, ParsedPolicy]) -> bool:
-    """The node's policy is being deleted and says `onDelete: Retain` (a policy already gone
-    cannot say so: its nodes are released, unless `left_retained`)."""
-    parsed = policies.get(old_owner) if old_owner is not None else None
-    return parsed is not None and parsed.deleting and on_delete(parsed) == "Retain"
+def retains(
+    old_owner: str | None, policies: Mapping[str, ParsedPolicy], facts: NodeFacts | None = None
+) -> bool:
+    """The node's policy is being deleted and says `onDelete: Retain`; or it is gone (its
+    finalizer was removed by hand before the operator's pass: `helm uninstall --no-hooks`, a
+    stuck deletion) and the node's own record says `Retain` (`Owned.on_delete`, written with
+    the policy's choice when the node was configured). A policy that still exists decides; a
+    record that says nothing releases the node (`Delete`, the default)."""
+    if old_owner is None:
+        return False
+    parsed = policies.get(old_owner)
+    if parsed is not None:
+        return parsed.deleting and on_delete(parsed) == "Retain"
+    return facts is not None and recorded_on_delete(facts) == "Retain"
+
+
+def recorded_on_delete(facts: NodeFacts) -> OnDelete | None:
+    """The `onDelete` the node's ownership record carries (None: it says nothing)."""
+    return facts.owned.on_delete
 
 
 def left_retained(facts: NodeFacts) -> bool:

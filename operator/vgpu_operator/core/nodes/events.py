@@ -112,7 +112,7 @@ def node_events(
             events.append(
                 EventSpec("Node", plan.node, "Normal", "ModeChanged", f"mode {old} -> {new} ({by})")
             )
-        for problem in plan.problems:
+        for problem in (*plan.problems, *plan.notices):
             if (plan.node, problem.reason) in already_reported:
                 continue
             events.append(

@@ -14,14 +14,9 @@ from pydantic import ValidationError
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.textcache import ANNOTATIONS
-from vgpu_operator.models.labels import (
-    SWITCH_LABELS,
-    reserved_label,
-    system_key,
-    valid_label_key,
-    valid_label_value,
-)
+from vgpu_operator.models.labels import system_key, valid_label_key, valid_label_value
 from vgpu_operator.models.node import NodeConfig, Owned
+from vgpu_operator.models.policy import Taint
 
 # Label prefixes GPU Feature Discovery (and NFD) write; kept apart for the validators.
 GFD_PREFIXES = ("nvidia.com/",)
@@ -66,6 +61,9 @@ class NodeFacts:
     # The device plugins' extended resources in the Node's capacity (`nvidia.com/gpu: "8"`).
     capacity: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False  # spec.unschedulable: cordoned (by anyone)
+    # Entries of the ownership record the operator may never act on (`disowned_entries`):
+    # left out of `owned`, so dropped from the record at the next write, never removed.
+    disowned: tuple[str, ...] = ()
 
     @property
     def gfd(self) -> dict[str, str]:
@@ -110,7 +108,7 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
     capacity = _str_map(status.get("capacity") or status.get("allocatable"))
     errors: dict[str, str] = {}
 
-    owned, error = _owned(annotations.get(contract.ANN_OWNED))
+    owned, error, disowned = _owned(annotations.get(contract.ANN_OWNED))
     if error is not None:
         errors[contract.ANN_OWNED] = error
 
@@ -132,13 +130,14 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
         errors=errors,
         capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)},
         unschedulable=spec.get("unschedulable") is True,
+        disowned=disowned,
     )
 
 
 # Parsed annotations, by their text: the nodes of one pool carry the same few texts, and every
 # watch event of every node is parsed (the models are frozen, so sharing them is safe). The
 # cache is bounded in bytes (core.nodes.textcache): the texts are anyone's who may annotate Nodes.
-def _owned(raw: str | None) -> tuple[Owned, str | None]:
+def _owned(raw: str | None) -> tuple[Owned, str | None, tuple[str, ...]]:
     return ANNOTATIONS.get("owned", raw, _parse_owned)
 
 
@@ -146,38 +145,90 @@ def _config(raw: str | None) -> tuple[NodeConfig | None, str | None]:
     return ANNOTATIONS.get("config", raw, _parse_config)
 
 
-def _parse_owned(raw: str | None) -> tuple[Owned, str | None]:
+def _parse_owned(raw: str | None) -> tuple[Owned, str | None, tuple[str, ...]]:
     try:
         owned = Owned.from_annotation(raw)
     except (ValidationError, ValueError) as exc:
-        return Owned(), _short(exc)
-    untrusted = untrusted_entries(owned)
-    if untrusted:
-        return Owned(), UNTRUSTED + ", ".join(untrusted)
-    return owned, None
+        return Owned(), _short(exc), ()
+    kept, disowned = disowned_entries(owned)
+    return kept, None, tuple(disowned)
 
 
-UNTRUSTED = "entries no policy could have made: "
+# The node contract's own labels: the controller sets the first three from the policy, the agent
+# the state, a person the exclusion. A record never removes or restores them.
+CONTRACT_LABELS = frozenset(
+    {
+        contract.LABEL_POLICY,
+        contract.LABEL_MODE,
+        contract.LABEL_DEVICE_PLUGIN,
+        contract.LABEL_STATE,
+        contract.LABEL_EXCLUDE,
+    }
+)
 
 
-def untrusted_entries(owned: Owned) -> list[str]:
-    """What in an ownership record the operator cannot have written: a label a policy may not
-    set (kubernetes.io/, k8s.io/, vgpu.volcano.sh/, an invalid key or value) other than the two
-    GPU Operator switches, a taint with such a key, a `replaced` value for anything but the
-    switches. The record is then not trusted at all (the node is reported, never written): an
-    annotation anyone may edit must not make the operator remove or set what it never owned."""
+def releasable_label(key: str, value: str) -> bool:
+    """A recorded label the operator may remove (and put a recorded earlier value back on):
+    valid, not Kubernetes' own (`kubernetes.io/`, `k8s.io/`), not the node contract's own."""
+    return (
+        valid_label_key(key)
+        and valid_label_value(value)
+        and not system_key(key)
+        and key not in CONTRACT_LABELS
+    )
+
+
+def _releasable_taint(taint: Taint) -> bool:
+    return valid_label_key(taint.key) and not system_key(taint.key)
+
+
+def disowned_entries(owned: Owned) -> tuple[Owned, list[str]]:
+    """The record with only what the operator may act on, and what it left out.
+
+    Kept: labels and taints it may remove (`releasable_label`): what a policy may set today, and
+    what an earlier version let it own that this one no longer does (released cleanly when the
+    node leaves or is next written: removed while it still has the recorded value, dropped from
+    the record). Left out, and so never removed, restored or trusted: Kubernetes' own keys, the
+    node contract's own labels, invalid keys or values, a recorded earlier value (`replaced`,
+    `replacedTaints`) of anything not kept. A record anyone may edit can then make the operator
+    touch nothing it could not have set, and no record freezes a node: what is left out is named
+    (`OwnedEntriesDisowned`) and dropped at the next write."""
     bad: list[str] = []
+    labels: dict[str, str] = {}
     for key, value in owned.labels.items():
-        ownable = key in SWITCH_LABELS or not (reserved_label(key) or system_key(key))
-        if not (ownable and valid_label_key(key) and valid_label_value(value)):
-            bad.append(f"label {key}")
+        if releasable_label(key, value):
+            labels[key] = value
+        else:
+            bad.append(f"label {key}={value}")
+    taints: list[Taint] = []
     for taint in owned.taints:
-        if system_key(taint.key) or not valid_label_key(taint.key):
+        if _releasable_taint(taint):
+            taints.append(taint)
+        else:
             bad.append(f"taint {taint.key}:{taint.effect}")
+    replaced: dict[str, str] = {}
     for key, value in owned.replaced.items():
-        if key not in SWITCH_LABELS or not valid_label_value(value):
+        if key in labels and valid_label_value(value):
+            replaced[key] = value
+        else:
             bad.append(f"replaced {key}")
-    return bad
+    kept_taints = {(t.key, t.effect) for t in taints}
+    replaced_taints: list[Taint] = []
+    for taint in owned.replaced_taints:
+        if (taint.key, taint.effect) in kept_taints:
+            replaced_taints.append(taint)
+        else:
+            bad.append(f"replacedTaints {taint.key}:{taint.effect}")
+    if not bad:
+        return owned, []
+    kept = Owned(
+        labels=labels,
+        taints=taints,
+        replaced=replaced,
+        replaced_taints=replaced_taints,
+        on_delete=owned.on_delete,
+    )
+    return kept, bad
 
 
 def _parse_config(raw: str | None) -> tuple[NodeConfig | None, str | None]:

@@ -1,7 +1,8 @@
 """What the operator may write to a node, checked before it writes: a label or taint is the
 operator's only while the value it recorded (`contract.ANN_OWNED`) is still there; a wanted label
 or taint that a user set with another value is a collision, never overwritten; an owned record that
-does not parse (or lists what the operator may not own) stops every write to the node; a PATCH the
+does not parse stops every write to the node (one that lists what the operator may not own is
+trusted for the rest, `core.nodes.facts.disowned_entries`); a PATCH the
 apiserver would refuse (an invalid label or taint) is never sent. Each problem names the field and
 the fix (`core.nodes.validate.Problem`).
 """
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core.nodes.facts import UNTRUSTED, NodeFacts, TaintKey, taint_value
+from vgpu_operator.core.nodes.facts import NodeFacts, TaintKey, taint_value
 from vgpu_operator.core.nodes.validate import Problem
 from vgpu_operator.models.labels import valid_label_key, valid_label_value
 from vgpu_operator.models.policy import Taint
@@ -82,18 +83,26 @@ def taint_collisions(facts: NodeFacts, wanted: Sequence[Taint]) -> list[Problem]
     return problems
 
 
+def disowned(facts: NodeFacts) -> Problem:
+    """A notice (it blocks nothing): the record lists what the operator may not act on
+    (`core.nodes.facts.disowned_entries`); it is dropped from the record and left on the node."""
+    listed = ", ".join(facts.disowned[:5])
+    more = f" and {len(facts.disowned) - 5} more" if len(facts.disowned) > 5 else ""
+    return Problem(
+        "metadata.annotations",
+        "OwnedEntriesDisowned",
+        f"node {facts.name}: annotation {contract.ANN_OWNED} lists {listed}{more}, which the "
+        "operator may not own (Kubernetes' own keys, the node contract's, or invalid ones: an "
+        "earlier version's or someone else's entry); it drops them from the record and never "
+        "removes or restores them",
+        f"if an earlier version of the operator set them, remove them by hand (kubectl label "
+        f"node {facts.name} KEY-; kubectl taint node {facts.name} KEY:EFFECT-)",
+        facts.name,
+    )
+
+
 def owned_record_unreadable(facts: NodeFacts) -> Problem:
     error = facts.errors.get(contract.ANN_OWNED, "")
-    if error.startswith(UNTRUSTED):
-        return Problem(
-            "metadata.annotations",
-            "OwnedRecordUntrusted",
-            f"node {facts.name}: annotation {contract.ANN_OWNED} lists {error}; the operator "
-            "trusts none of it and writes nothing to the node",
-            f"delete it (kubectl annotate node {facts.name} {contract.ANN_OWNED}-): existing "
-            "labels and taints are then treated as the user's",
-            facts.name,
-        )
     return Problem(
         "metadata.annotations",
         "OwnedRecordUnreadable",

@@ -15,7 +15,15 @@ Semantics (docs/architecture.md, the node contract):
 - a node no policy owns loses the operator's labels, taints, policy/mode labels, target and
   record; its `config` stays as `{mode: whole-gpu}` when it was `mig`, so the agent turns MIG off;
 - a wanted label or taint the node already has with the same value is no collision and no write;
-  it is recorded as the operator's only under `adoptExisting` (`core.nodes.adoption`).
+  it is recorded as the operator's only under `adoptExisting` (`core.nodes.adoption`), and then
+  with the user's value in `Owned.replaced` / `replacedTaints`: put back, never removed, when the
+  node leaves (decided from the record alone, whatever the operator saw happen);
+- the record carries the policy's `onDelete` when it is `Retain` or set explicitly, so the node
+  keeps that choice if its policy vanishes without the operator's finalizer pass
+  (`core.nodes.adoption.retains`);
+- a recorded label or taint this version may no longer own (`core.nodes.facts.disowned_entries`)
+  is released like any other: removed while unchanged and dropped from the record; one it may
+  never act on (Kubernetes' own keys) is only dropped from the record.
 
 The PATCH is a JSON merge patch with `metadata.resourceVersion` (optimistic concurrency); when
 taints change it carries the whole `spec.taints` list, every taint the operator does not own kept
@@ -26,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import NodeFacts, TaintKey, taint_key, taint_value
@@ -55,6 +63,8 @@ class Desired:
     target: NodeConfig | None = None
     target_text: str | None = None  # the annotation text of `target`
     adopt: bool = False  # spec.adoptExisting: labels/taints already there are recorded as ours
+    # spec.onDelete (the operator config's default applied by the reconciler), recorded
+    on_delete: Literal["Delete", "Retain"] | None = None
 
 
 def desired_for(policy: VGPUNodePolicy | None) -> Desired:
@@ -79,6 +89,7 @@ def desired_for(policy: VGPUNodePolicy | None) -> Desired:
         target=target,
         target_text=target.to_annotation(),
         adopt=spec.adopt_existing,
+        on_delete=spec.on_delete,
     )
 
 
@@ -116,6 +127,12 @@ class _Changes:
     annotations: dict[str, str | None] = field(default_factory=dict)
     unschedulable: bool | None = None  # the cordon to set (None: leave it)
 
+    def only_record(self) -> bool:
+        """The one change is dropping the ownership record."""
+        return self.annotations == {contract.ANN_OWNED: None} and not (
+            self.labels or self.taints_changed or self.unschedulable is not None
+        )
+
     def patch(self, facts: NodeFacts) -> dict[str, Any] | None:
         if not (
             self.labels or self.taints_changed or self.annotations or self.unschedulable is not None
@@ -144,34 +161,42 @@ def _taint_dict(taint: Taint) -> dict[str, Any]:
 def _plan_labels(
     facts: NodeFacts, want: Desired, out: _Changes, plugin: str | None
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Label changes into `out`; returns the new record's labels and replaced values."""
+    """Label changes into `out`; returns the new record's labels and replaced values (a user's
+    value the operator overwrote, or adopted: what the node gets back when it leaves)."""
     owned: dict[str, str] = {}
     replaced: dict[str, str] = {}
+
+    def record(key: str, value: str, ours: bool, current: str | None) -> None:
+        owned[key] = value
+        if ours and key in facts.owned.replaced:
+            replaced[key] = facts.owned.replaced[key]
+        elif not ours and current is not None:
+            replaced[key] = current  # the user's, before the operator took it over
+
     for key, value in want.labels.items():
         current = facts.labels.get(key)
         ours = label_is_ours(facts, key)
         if current != value:
             out.labels[key] = value
         if current != value or ours or want.adopt:
-            owned[key] = value
+            record(key, value, ours, current)
     switches = ((want.disable_device_plugin, DP_LABEL), (want.disable_mig_manager, MM_LABEL))
     for key in (label for wanted, label in switches if wanted):
         current = facts.labels.get(key)
         ours = label_is_ours(facts, key)
         if current != "false" or ours:
-            owned[key] = "false"
-            if ours and key in facts.owned.replaced:
-                replaced[key] = facts.owned.replaced[key]
-            elif not ours and current is not None:
-                replaced[key] = current
+            record(key, "false", ours, current)
         if current != "false":
             out.labels[key] = "false"
     for key, recorded in facts.owned.labels.items():
-        if key in owned or facts.labels.get(key) != recorded or key in want.labels:
+        current = facts.labels.get(key)
+        if key in owned or current != recorded or key in want.labels:
             continue  # still wanted, already gone, taken over by someone, or now the user's
         if system_key(key):
-            continue  # never Kubernetes' own (an untrusted record blocks the node before this)
-        out.labels[key] = facts.owned.replaced.get(key)
+            continue  # never Kubernetes' own (core.nodes.facts keeps none in the record)
+        restore = facts.owned.replaced.get(key)
+        if restore != current:
+            out.labels[key] = restore  # removed, or the user's earlier value put back
     operator_labels: dict[str, str | None] = {
         contract.LABEL_POLICY: want.owner,
         contract.LABEL_MODE: want.mode,
@@ -185,10 +210,13 @@ def _plan_labels(
     return owned, replaced
 
 
-def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> list[Taint]:
-    """Taint changes into `out`; returns the new record's taints."""
+def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> tuple[list[Taint], list[Taint]]:
+    """Taint changes into `out`; returns the new record's taints and replaced taints (a user's
+    taint adopted with the same key and effect: put back as it was when the node leaves)."""
     current = facts.taint_map()
     owned: list[Taint] = []
+    replaced: list[Taint] = []
+    before: dict[TaintKey, Taint] = {(t.key, t.effect): t for t in facts.owned.replaced_taints}
     add: list[Taint] = []
     swap: dict[TaintKey, Taint] = {}
     wanted_keys: set[TaintKey] = {(t.key, t.effect) for t in want.taints}
@@ -203,6 +231,10 @@ def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> list[Taint]:
             swap[key] = taint
         if existing is None or taint_value(existing) != taint.value or ours or want.adopt:
             owned.append(taint)
+            if ours and key in before:
+                replaced.append(before[key])
+            elif not ours and existing is not None:
+                replaced.append(Taint(key=key[0], value=taint_value(existing), effect=key[1]))
     remove: set[TaintKey] = set()
     for recorded in facts.owned.taints:
         key = (recorded.key, recorded.effect)
@@ -211,7 +243,10 @@ def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> list[Taint]:
             and key in current
             and taint_value(current[key]) == recorded.value
         ):
-            remove.add(key)  # ours, unchanged, no longer wanted
+            if key not in before:
+                remove.add(key)  # ours, unchanged, no longer wanted
+            elif before[key].value != recorded.value:
+                swap[key] = before[key]  # the user's taint, as it was before
     if add or swap or remove:
         kept: list[dict[str, Any]] = []
         for raw in facts.taints:
@@ -222,7 +257,11 @@ def _plan_taints(facts: NodeFacts, want: Desired, out: _Changes) -> list[Taint]:
         kept.extend(_taint_dict(t) for t in add)
         out.taints = kept or None
         out.taints_changed = True
-    return sorted(owned, key=lambda t: (t.key, t.effect))
+
+    def order(t: Taint) -> TaintKey:
+        return (t.key, t.effect)
+
+    return sorted(owned, key=order), sorted(replaced, key=order)
 
 
 def _canonical_owned(owned: Owned) -> str:
@@ -230,6 +269,8 @@ def _canonical_owned(owned: Owned) -> str:
         labels=dict(sorted(owned.labels.items())),
         taints=sorted(owned.taints, key=lambda t: (t.key, t.effect)),
         replaced=dict(sorted(owned.replaced.items())),
+        replaced_taints=sorted(owned.replaced_taints, key=lambda t: (t.key, t.effect)),
+        on_delete=owned.on_delete,
     )
     return ordered.to_annotation()
 
@@ -265,8 +306,14 @@ def diff(
     paused = step is not None and step.plugin_paused
     plugin = config.device_plugin if want.target is not None and config and not paused else None
     labels, replaced = _plan_labels(facts, want, out, plugin)
-    taints = _plan_taints(facts, want, out)
-    record = Owned(labels=labels, taints=taints, replaced=replaced)
+    taints, replaced_taints = _plan_taints(facts, want, out)
+    record = Owned(
+        labels=labels,
+        taints=taints,
+        replaced=replaced,
+        replaced_taints=replaced_taints,
+        on_delete=want.on_delete,
+    )
     record_text = None if record == Owned() else record.to_annotation()
     checks = [
         (contract.ANN_OWNED, record_text, lambda: _canonical_owned(facts.owned)),
@@ -276,11 +323,15 @@ def diff(
     if paced and not (step is not None and step.keep_rollout):
         rollout = step.rollout.to_annotation() if step is not None and step.rollout else None
         checks.append((contract.ANN_ROLLOUT, rollout, lambda: None))
+    disowned = bool(facts.disowned)  # the record lists what it may not: dropped now
     for key, wanted, current in checks:
-        if key in facts.errors or not _same(facts.annotations.get(key), current, wanted):
+        stale = key == contract.ANN_OWNED and disowned and key in facts.annotations
+        if stale or key in facts.errors or not _same(facts.annotations.get(key), current, wanted):
             out.annotations[key] = wanted
     if want.owner is not None and contract.ANN_RETAINED in facts.annotations:
         out.annotations[contract.ANN_RETAINED] = None  # managed again (core.nodes.adoption)
+    if want.owner is None and disowned and facts.owned == Owned() and out.only_record():
+        return None  # a node in no pool whose record names nothing it may act on: no write
     if step is not None:
         for key, value in step.labels.items():
             if key not in out.labels and facts.labels.get(key) != value:

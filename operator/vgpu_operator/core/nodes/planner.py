@@ -11,7 +11,10 @@
   node shows no hardware of its mode, its ownership record is unreadable, or the PATCH would be
   invalid: nothing is written to that node at all, and a problem names why;
 - a deleted policy with `onDelete: Retain` leaves its nodes as they are, only dropping the record
-  (`core.nodes.adoption`).
+  (`core.nodes.adoption`); so does one that vanished without the operator's finalizer pass when
+  the node's record says `Retain` (`Owned.on_delete`, written when the node was configured).
+A record listing what the operator may not own is trusted for the rest and those entries are
+dropped at the write; the plan carries a notice naming them (`notices`, blocks nothing).
 `plan_cluster` is the whole level-based reconcile, pure: selection and a plan for every node.
 """
 
@@ -25,6 +28,7 @@ from vgpu_operator import contract
 from vgpu_operator.core.nodes import adoption
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.ownership import (
+    disowned,
     held_by_other_policy,
     invalid_writes,
     label_collisions,
@@ -55,6 +59,9 @@ class NodePlan:
     # The node already carries the desired state (computed even while held, for readiness).
     in_sync: bool = False
     step: NodeStep | None = None  # the rollout's step this plan carries
+    # Warnings that block nothing (posted as node Events with the write): entries of the
+    # ownership record the operator may not own, dropped (`core.nodes.ownership.disowned`).
+    notices: tuple[Problem, ...] = ()
 
     @property
     def mode_changed(self) -> bool:
@@ -62,6 +69,29 @@ class NodePlan:
 
 
 def plan_node(
+    facts: NodeFacts,
+    assignment: Assignment,
+    policies: Mapping[str, ParsedPolicy],
+    desired: Mapping[str, Desired] | None = None,
+    *,
+    require_gpu_evidence: bool = True,
+    steps: Mapping[str, NodeStep] | None = None,
+) -> NodePlan:
+    """`_plan_node`, with the notice of a record's disowned entries on a plan that writes."""
+    plan = _plan_node(
+        facts,
+        assignment,
+        policies,
+        desired,
+        require_gpu_evidence=require_gpu_evidence,
+        steps=steps,
+    )
+    if facts.disowned and plan.patch is not None:
+        return replace(plan, notices=(disowned(facts),))
+    return plan
+
+
+def _plan_node(
     facts: NodeFacts,
     assignment: Assignment,
     policies: Mapping[str, ParsedPolicy],
@@ -93,7 +123,7 @@ def plan_node(
     # spec.onDelete: Retain (core.nodes.adoption): stop managing, leave everything else in place
     if owner is None and adoption.left_retained(facts):
         return replace(base, in_sync=True)
-    if owner is None and adoption.retains(old_owner, policies):
+    if owner is None and adoption.retains(old_owner, policies, facts):
         return replace(base, action="release", patch=adoption.retain_patch(facts))
     owner_policy = policies.get(owner) if owner is not None else None
     policy = owner_policy.policy if owner_policy is not None else None

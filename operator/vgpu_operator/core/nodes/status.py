@@ -270,6 +270,11 @@ def _deleting(
             f": {moving} in transition, {len(still) - len(records)} waiting, "
             f"{len(failed)} failed (spec.rollout paces nodes that run GPU pods)"
         )
+    if still and parsed.policy is not None and not parsed.policy.evict_gpu_pods:
+        message += (
+            f"; no GPU pod is evicted ({contract.ANN_EVICT_GPU_PODS}: false): a node that runs "
+            "GPU pods keeps its configuration until they end"
+        )
     problems = [p for n in failed if (p := _rollout_problem(nodes[n])) is not None]
     conditions: dict[str, tuple[str, str, str]] = {
         "Ready": ("False", "Deleting", message),

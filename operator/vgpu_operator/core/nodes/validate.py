@@ -143,11 +143,13 @@ def parse_policy(raw: Mapping[str, Any]) -> ParsedPolicy:
     except ValidationError as exc:
         return ParsedPolicy(name, generation, deleting, None, tuple(_spec_errors(exc)))
     try:
+        annotations = metadata.get("annotations") or {}
         policy = VGPUNodePolicy(
             name=name,
             generation=generation,
             uid=str(metadata.get("uid") or ""),
             deleting=deleting,
+            evict_gpu_pods=annotations.get(contract.ANN_EVICT_GPU_PODS) != "false",
             spec=spec,
         )
     except ValidationError as exc:  # the rules on the whole object (the name)

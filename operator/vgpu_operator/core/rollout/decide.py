@@ -23,6 +23,11 @@ failed node takes no new nodes until its spec changes: a new generation (any spe
 Deployment's rollout resumes after ProgressDeadlineExceeded) changes every node's `target`, so its
 failed nodes start again from the cordon, with new timeouts and a new deadline.
 
+A node leaving a policy whose deletion evicts nothing (`vgpu.volcano.sh/evict-gpu-pods:
+"false"`, what `vgpu-operator cleanup` sets unless told `--evict-gpu-pods`) keeps its
+configuration while GPU pods run on it (`kept`; a leave not yet released is withdrawn), and
+leaves at once when they have ended (`core.rollout.leave`).
+
 Budget: `maxUnavailable` of the policy's pool, counting every node with a transition (from cordon
 to uncordon; failed ones too) charged to the policy it is moving to. Each step is written in the
 node's one PATCH together with `vgpu.volcano.sh/rollout` (models.rollout), so a restarted operator
@@ -55,10 +60,12 @@ from vgpu_operator.core.rollout.arrive import (
 )
 from vgpu_operator.core.rollout.leave import (
     advance_leave,
+    keeps_gpu_pods,
     leavable_policies,
     leaving_nodes,
     needs_pacing,
     start_leave,
+    withdraw_leave,
 )
 from vgpu_operator.core.rollout.plugin import PluginReading
 from vgpu_operator.models.policy import VGPUNodePolicy
@@ -85,6 +92,8 @@ class PolicyRollout:
     in_transition: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     failed: tuple[tuple[str, str, str], ...] = ()  # (node, reason, message)
+    # Nodes a deletion that evicts nothing keeps configured while their GPU pods run.
+    kept: tuple[str, ...] = ()
 
     @property
     def halted(self) -> bool:
@@ -142,6 +151,7 @@ def decide(
     failed: dict[str, list[tuple[str, str, str]]] = {name: [] for name in everyone}
     candidates: dict[str, list[tuple[str, Starter, RolloutSpec]]] = {n: [] for n in everyone}
     held: set[str] = set()
+    kept: dict[str, list[str]] = {n: [] for n in everyone}
     due: datetime | None = None
     for v in views:
         r, error = parse_rollout(v.facts)
@@ -174,14 +184,26 @@ def decide(
                 now=now,
                 refusals=refusals or {},
             )
+            keep = keeps_gpu_pods(leaving_from) and bool(v.pods)
             if r is None:
-                if needs_pacing(v.facts, v.pods):  # else it leaves at once
+                if keep:  # a deletion that evicts nothing: configured while GPU pods run
+                    steps[v.facts.name] = NodeStep(node=v.facts.name)
+                    held.add(v.facts.name)
+                    kept[name].append(v.facts.name)
+                elif needs_pacing(v.facts, v.pods):  # else it leaves at once
                     candidates[name].append(
                         (v.facts.name, partial(start_leave, ctx, name), ctx.spec)
                     )
                     held.add(v.facts.name)
                 continue
-            step = start_leave(ctx, name, r) if r.kind != "leave" else advance_leave(ctx, r)
+            if keep and r.kind == "leave" and not r.released:
+                step = withdraw_leave(ctx, r)  # nothing more evicted; it stays configured
+                held.add(v.facts.name)
+                kept[name].append(v.facts.name)
+            elif r.kind != "leave":
+                step = start_leave(ctx, name, r)
+            else:
+                step = advance_leave(ctx, r)
             if left is not None and step.rollout is not None and not step.rollout.released:
                 held.add(v.facts.name)  # keeps its pool's labels and taints until released
         else:
@@ -245,6 +267,7 @@ def decide(
             in_transition=tuple(sorted(charged[name])),
             waiting=tuple(waiting),
             failed=tuple(sorted(failed[name])),
+            kept=tuple(sorted(kept[name])),
         )
     holding = {n: leaves[n] for n in held if n in leaves}
     return RolloutPlan(steps=steps, policies=summaries, due=due, held=holding)

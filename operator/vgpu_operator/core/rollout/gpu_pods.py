@@ -2,21 +2,30 @@
 
 The controller indexes only the pods that hold GPU resources (`holds_gpu`): the API cannot
 select pods by what they request, so every pod passes through the watch and this predicate
-decides, before anything is kept. `compact_pod` keeps of a pod only what the rules, the fit
-checks (`core.volcano.unschedulable`) and the drain read; `gpu_pod_of` is such a pod as the drain
-sees it.
+decides, before anything is kept. The index keeps every pod holding a ResourceClaim: which
+driver allocated it is decided when the pods are read (the drain, `plan`), against the claims
+as they are then, never against a claim watch that may lag the pod watch. `compact_pod` keeps
+of a pod only what the rules, the fit checks (`core.volcano.unschedulable`) and the drain read;
+`gpu_pod_of` is such a pod as the drain sees it.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vgpu_operator.core.rollout.arrive import GpuPod
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig
-from vgpu_operator.models.gpu_resources import gpu_backed, gpu_consumer
+from vgpu_operator.models.gpu_resources import (
+    DEFAULT_DRA_DRIVERS,
+    ClaimDrivers,
+    gpu_backed,
+    gpu_consumer,
+)
+from vgpu_operator.models.nvidia_plugin_config import PluginConfigNames, configmap_names
 from vgpu_operator.models.volcano import HARDCODED_ALLOCATABLE, LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER
 from vgpu_operator.models.volcano_views import WorkloadView
 
@@ -44,17 +53,28 @@ _CONTAINER_KEYS = ("name", "image", "resources", "command", "args")
 @dataclass(frozen=True)
 class GpuResources:
     """The resource names that make a pod a GPU pod (`models.gpu_resources`, the one
-    definition), with the operator config's own names."""
+    definition), with the operator config's own names and those NVIDIA's device plugin's
+    configs may advertise, and the DRA drivers whose ResourceClaims count."""
 
     names: frozenset[str]
+    drivers: frozenset[str] = frozenset(DEFAULT_DRA_DRIVERS)
 
     def match(self, resource: str) -> bool:
         return gpu_backed(resource, self.names)
 
+    def with_names(self, names: Iterable[str]) -> GpuResources:
+        return replace(self, names=self.names | frozenset(names))
 
-def gpu_resources(config: OperatorConfig) -> GpuResources:
+    def widens(self, other: GpuResources) -> bool:
+        """Whether `other` matches a resource name this does not (a pod this left out may be
+        a GPU pod under `other`)."""
+        return any(not self.match(n) for n in other.names - self.names)
+
+
+def gpu_resources(config: OperatorConfig, plugin_names: Iterable[str] = ()) -> GpuResources:
     """The configured vGPU names, Volcano's own (newer schedulers hard-code them), NVIDIA's
-    whole GPUs and MIG devices, Ascend chips, and legacy GPU sharing."""
+    whole GPUs and MIG devices, Ascend chips, legacy GPU sharing, and `plugin_names` (what
+    NVIDIA's device plugin's configs may advertise, `snapshot_gpu_resources`)."""
     names = config.resource_names
     return GpuResources(
         frozenset(
@@ -67,15 +87,34 @@ def gpu_resources(config: OperatorConfig) -> GpuResources:
                 NVIDIA_GPU,
                 LEGACY_GPU_MEMORY,
                 LEGACY_GPU_NUMBER,
+                *plugin_names,
             }
-        )
+        ),
+        frozenset(config.gpu_dra_drivers),
     )
 
 
-def holds_gpu(pod: Mapping[str, Any], resources: GpuResources) -> bool:
+def plugin_config_names(snapshot: ClusterSnapshot) -> PluginConfigNames:
+    """What NVIDIA's device plugin's configs (the ConfigMap the operator config names) may
+    advertise, as the snapshot read them; nothing when none is named."""
+    ref = snapshot.config.nvidia_device_plugin_config
+    if ref is None:
+        return PluginConfigNames()
+    return configmap_names(snapshot.configmap(ref.namespace, ref.name), ref.key)
+
+
+def snapshot_gpu_resources(snapshot: ClusterSnapshot) -> GpuResources:
+    """`gpu_resources` with the names NVIDIA's device plugin's configs in the snapshot name."""
+    return gpu_resources(snapshot.config, plugin_config_names(snapshot).names)
+
+
+def holds_gpu(
+    pod: Mapping[str, Any], resources: GpuResources, claims: ClaimDrivers | None = None
+) -> bool:
     """Whether the pod consumes a GPU: a GPU resource requested or limited (non-zero) by any
-    (init) container, or a ResourceClaim (`models.gpu_resources.gpu_consumer`)."""
-    return gpu_consumer(pod, resources.names)
+    (init) container, or a ResourceClaim that counts (`models.gpu_resources.gpu_consumer`;
+    `claims` None: every claim counts)."""
+    return gpu_consumer(pod, resources.names, resources.drivers, claims)
 
 
 def interned(obj: Any) -> Any:
@@ -118,7 +157,11 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
             "initContainers": _compact_containers(spec.get("initContainers")),
             **({"resourceClaims": spec["resourceClaims"]} if spec.get("resourceClaims") else {}),
         },
-        "status": {k: status[k] for k in ("phase", "reason", "startTime") if k in status},
+        "status": {
+            k: status[k]
+            for k in ("phase", "reason", "startTime", "resourceClaimStatuses")
+            if k in status
+        },
     }
     # emptyDir volumes only, where there are any (their data is lost on eviction: the drain of
     # safe transitions evicts such a pod only with deleteEmptyDirData)

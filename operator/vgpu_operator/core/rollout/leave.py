@@ -27,11 +27,17 @@ are offered again as whole GPUs, their MIG instances destroyed. So:
 - a node selected again before it has left ends its leave (uncordoned if the operator cordoned
   it, resumed) and is configured like any node;
 - a failed leave stays failed (the node cordoned per `onFailure`, its policy's finalizer held)
-  until the policy's spec changes, also while the policy is being deleted, as any transition.
+  until the policy's spec changes, also while the policy is being deleted, as any transition;
+- a deletion that evicts nothing (`vgpu.volcano.sh/evict-gpu-pods: "false"`, set by
+  `vgpu-operator cleanup` unless `--evict-gpu-pods`) keeps a node that runs GPU pods as its pool
+  left it (a leave not released yet is withdrawn: uncordoned, resumed); it leaves at once when
+  they have ended.
 
 A policy that is suspended or invalid holds its nodes (the planner does), and a policy already
-gone cannot pace anything: its nodes are released at once (the operator's finalizer keeps a
-deleted policy until its nodes have left; only removing that finalizer by hand gets here).
+gone cannot pace anything (the operator's finalizer keeps a deleted policy until its nodes have
+left; only removing that finalizer by hand gets here): a node whose ownership record says
+`onDelete: Retain` is left as it is (`core.nodes.adoption.retains`: nothing stripped, MIG not
+turned off, a transition under way undone), any other is released at once.
 """
 
 from __future__ import annotations
@@ -67,11 +73,13 @@ from vgpu_operator.models.rollout import NodeRollout
 __all__ = [
     "advance_leave",
     "held_plan",
+    "keeps_gpu_pods",
     "leavable_policies",
     "leaving_nodes",
     "needs_pacing",
     "plan_with_leaves",
     "start_leave",
+    "withdraw_leave",
 ]
 
 # The released modes whose GPU pods depend on what the operator set: HAMi's vGPU shares (its
@@ -112,6 +120,23 @@ def leaving_nodes(
             continue  # a conflict keeps the node as it is (`core.nodes.planner.plan_node`)
         out[facts.name] = policy
     return out
+
+
+def keeps_gpu_pods(policy: VGPUNodePolicy | None) -> bool:
+    """The policy's deletion evicts no GPU pod (`vgpu.volcano.sh/evict-gpu-pods: "false"`):
+    its nodes that run GPU pods keep their configuration until the pods end."""
+    return policy is not None and policy.deleting and not policy.evict_gpu_pods
+
+
+def withdraw_leave(ctx: NodeContext, r: NodeRollout) -> NodeStep:
+    """A leave not released yet, under a deletion that evicts nothing: ended (uncordoned if the
+    operator cordoned it, its operands resumed), the node keeps its configuration."""
+    return _done(
+        ctx,
+        r,
+        f"leaving policy {r.policy} withdrawn: GPU pods run here and the deletion evicts none "
+        f"({contract.ANN_EVICT_GPU_PODS}: false); the node keeps its configuration until they end",
+    )
 
 
 def needs_pacing(facts: NodeFacts, pods: tuple[GpuPod, ...]) -> bool:
@@ -316,7 +341,7 @@ def plan_with_leaves(
             continue  # the planner keeps it anyway (held, blocked, a conflict) or it has left
         if policy is not None and step is not None:
             plans[f.name] = held_plan(f, step, policy, plan)
-        elif plan.patch is not None and adoption.retains(f.policy_label, by_name):
+        elif plan.patch is not None and adoption.retains(f.policy_label, by_name, f):
             plans[f.name] = replace(plan, patch=_undone(plan.patch, f))
     return replace(planned, plans=plans)
 

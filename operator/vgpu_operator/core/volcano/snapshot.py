@@ -20,6 +20,7 @@ from vgpu_operator.core.volcano.render.node_config import owned_entries
 from vgpu_operator.core.volcano.render.plugin_args import PLUGIN_IMAGE_HINT
 from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.gpu_resources import ClaimDrivers
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import (
@@ -175,6 +176,9 @@ class ClusterSnapshot:
     daemonsets: list[Obj] = field(default_factory=list)
     nodes: list[Obj] = field(default_factory=list)
     pods: list[Obj] = field(default_factory=list)
+    # Each ResourceClaim's allocated drivers (models.gpu_resources); None: not read, every
+    # claim counts.
+    claims: ClaimDrivers | None = None
 
     # --- lookups ----------------------------------------------------------------------------
 

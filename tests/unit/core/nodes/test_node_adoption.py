@@ -59,7 +59,7 @@ def test_identical_hand_label_and_taint_cost_no_write_and_stay_the_users() -> No
     assert contract.LABEL_POLICY not in labels_of(released)
 
 
-def test_adopt_existing_records_them_and_release_removes_them() -> None:
+def test_adopt_existing_records_them_with_the_users_value_and_release_keeps_them() -> None:
     spec = {**HAMI, "adoptExisting": True}
     [after], plan = reconcile([hand_node()], [policy("p", spec)])
     assert plan.plans["n1"].patch is not None
@@ -69,11 +69,20 @@ def test_adopt_existing_records_them_and_release_removes_them() -> None:
     assert [(t.key, t.value, t.effect) for t in record.taints] == [
         (DEFAULT_TAINT["key"], DEFAULT_TAINT["value"], DEFAULT_TAINT["effect"])
     ]
+    # The user had them before: their values are in the record, to be put back.
+    assert record.replaced == {"volcano.sh/vgpu.enabled": "true"}
+    assert [(t.key, t.value, t.effect) for t in record.replaced_taints] == [
+        (DEFAULT_TAINT["key"], DEFAULT_TAINT["value"], DEFAULT_TAINT["effect"])
+    ]
     [again], second = reconcile([after], [policy("p", spec)])
     assert second.patches == {}
-    [released], _ = reconcile([again], [policy("p", spec, deleting=True)])
-    assert "volcano.sh/vgpu.enabled" not in labels_of(released)
-    assert taints_of(released) == []
+    [released], plan = reconcile([again], [policy("p", spec, deleting=True)])
+    patch = plan.plans["n1"].patch
+    assert patch is not None and "spec" not in patch  # no taint write: the user's stays
+    assert "volcano.sh/vgpu.enabled" not in (patch["metadata"].get("labels") or {})
+    assert labels_of(released)["volcano.sh/vgpu.enabled"] == "true"
+    assert taints_of(released) == [DEFAULT_TAINT]
+    assert contract.ANN_OWNED not in annotations_of(released)
 
 
 def test_a_different_hand_value_is_still_a_collision() -> None:

@@ -15,8 +15,11 @@ from vgpu_operator.core.rollout.gpu_pods import (
     interned,
     label_selector,
     nvidia_plugin_workload,
+    plugin_config_names,
     pod_key,
+    snapshot_gpu_resources,
 )
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig, load_config
 from vgpu_operator.models.volcano_views import workload_view
 
@@ -174,3 +177,62 @@ def test_kept_pods_share_their_strings() -> None:
     [kb] = kept_b["spec"]["containers"][0]["resources"]["limits"]  # type: ignore[index]
     assert ka is kb
     assert interned({"a": ["x", 1, None]}) == {"a": ["x", 1, None]}
+
+
+# The GPU Operator's time-slicing ConfigMap, one config per key (the plugin's README example at
+# NVIDIA/k8s-device-plugin@v0.17.0:README.md, "With CUDA Time-Slicing", renameByDefault).
+SHARED_CONFIG = """\
+version: v1
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 10
+"""
+
+
+def plugin_configmap(**data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"namespace": "gpu-operator", "name": "time-slicing-config"},
+        "data": data,
+    }
+
+
+def test_the_names_nvidias_plugin_config_renames_to_are_gpu_resources() -> None:
+    config = load_config(
+        "nvidiaDevicePluginConfig: {namespace: gpu-operator, name: time-slicing-config}"
+    )
+    s = ClusterSnapshot(config=config, configmaps=[plugin_configmap(any=SHARED_CONFIG)])
+    resources = snapshot_gpu_resources(s)
+    assert {"nvidia.com/gpu", "nvidia.com/gpu.shared"} <= resources.names
+    assert plugin_config_names(s).names == {"nvidia.com/gpu", "nvidia.com/gpu.shared"}
+    assert holds_gpu(pod(limits={"nvidia.com/gpu.shared": "1"}), resources)
+    # none named, or not there: only the built-in names (nvidia.com/ counts all the same)
+    assert snapshot_gpu_resources(ClusterSnapshot()) == DEFAULTS
+    missing = ClusterSnapshot(config=config)
+    assert plugin_config_names(missing).problems == ("the ConfigMap is not there",)
+    assert snapshot_gpu_resources(missing).names == DEFAULTS.names
+
+
+def test_names_widen_only_when_they_match_what_the_old_did_not() -> None:
+    assert not DEFAULTS.widens(DEFAULTS.with_names(["nvidia.com/gpu.shared"]))  # the domain
+    wider = DEFAULTS.with_names(["acme.com/accel"])
+    assert DEFAULTS.widens(wider) and not wider.widens(DEFAULTS)
+    assert wider.match("acme.com/accel") and not DEFAULTS.match("acme.com/accel")
+    assert wider.drivers == DEFAULTS.drivers == {"gpu.nvidia.com"}
+
+
+def test_the_configured_dra_drivers_decide_which_claims_count() -> None:
+    resources = gpu_resources(load_config("gpuDraDrivers: [gpu.example.com]"))
+    raw = pod(limits={"cpu": "1"})
+    raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    raw["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}]}
+    kept = compact_pod(raw)  # the index keeps what the decision reads
+    assert kept["status"]["resourceClaimStatuses"] == raw["status"]["resourceClaimStatuses"]
+    nvidia = {"ns/p-gpu": frozenset({"gpu.nvidia.com"})}
+    assert holds_gpu(kept, DEFAULTS, nvidia) and not holds_gpu(kept, resources, nvidia)
+    assert holds_gpu(kept, resources, {"ns/p-gpu": frozenset({"gpu.example.com"})})
+    assert holds_gpu(kept, resources)  # the index keeps it: no claims at hand

@@ -136,13 +136,17 @@ def test_a_hand_written_entry_the_plugin_reads_as_the_rendered_one_is_taken_over
     assert render_node_config(edited, hami, SEED002, NOW).changed_entries == {"mig"}
 
 
-def test_a_zero_or_missing_field_reads_as_the_default_and_a_filter_does_not() -> None:
+def test_a_zero_or_missing_field_reads_as_the_default_and_a_filter_is_kept() -> None:
     released = {"n": NodeConfig(mode="hami-core", policy="p")}
     zero = {"name": "n", "devicesplitcount": 0, "devicememoryscaling": 0}
     assert render_node_config(node_cm([zero]), released, SEED002, NOW).changed_entries == set()
+    # the person's filter stays (core.volcano.render.entry_origins): nothing the plugin reads
+    # changes, so no plugin pod is replaced for it
     filtered = {"name": "n", "filterdevices": {"uuid": [], "index": [1]}}
     rendered = render_node_config(node_cm([filtered]), released, SEED002, NOW)
-    assert rendered.changed_entries == {"n"}
+    assert rendered.changed_entries == set()
+    (entry,) = json.loads(rendered.data["config.json"])["nodeconfig"]
+    assert entry["filterdevices"] == {"uuid": [], "index": [1]}
     # two entries by one name: the later one wins in the plugin, so it decides
     twice = [{"name": "n", "operatingmode": "mig"}, {"name": "n", "operatingmode": "hami-core"}]
     assert render_node_config(node_cm(twice), released, SEED002, NOW).changed_entries == set()

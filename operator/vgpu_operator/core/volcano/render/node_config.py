@@ -3,11 +3,14 @@
 
 Ownership: the ConfigMap's annotation `vgpu.volcano.sh/owned-entries` is a JSON object
 `{node name: RFC 3339 time its entry last changed}`; its keys are the entries the operator owns.
-- A node in the desired set gets exactly the operator's fields (other keys of an existing entry,
-  e.g. `migstrategy`, are kept); an entry by that name that existed before is taken over, and
-  duplicates by that name are dropped (the plugin lets later entries win, so they would
-  silently override the rendered one).
-- An owned entry whose node left the desired set is removed.
+- A node in the desired set gets the operator's fields (other keys of an existing entry, e.g.
+  `migstrategy`, are kept); duplicates by that name are dropped (the plugin lets later entries
+  win, so they would silently override the rendered one).
+- An entry by that name that a person wrote before is kept (`core.volcano.render.entry_origins`):
+  recorded as it was in `vgpu.volcano.sh/original-entries`, merged with what the policy needs
+  (the person's fields the policy does not set stay, the device filters are united: a GPU they
+  excluded is never offered again), and put back exactly when the node leaves.
+- An owned entry whose node left the desired set is removed, or put back as the person wrote it.
 - Every other entry is left exactly as it was, in place.
 The times tell the restart logic which node's plugin pod read an outdated entry.
 
@@ -32,8 +35,9 @@ from dataclasses import replace
 from typing import Any
 
 from vgpu_operator import bounds, yamlsafe
-from vgpu_operator.contract import ANN_OWNED_ENTRIES
+from vgpu_operator.contract import ANN_ORIGINAL_ENTRIES, ANN_OWNED_ENTRIES
 from vgpu_operator.core.volcano import config_adoption
+from vgpu_operator.core.volcano.render import entry_origins
 from vgpu_operator.core.volcano.render.common import (
     Rendered,
     RenderError,
@@ -146,6 +150,37 @@ def ascend_entry(name: str, config: NodeConfig, hami_vnpu_core: bool = False) ->
     return entry
 
 
+def node_policy_fields(config: NodeConfig) -> frozenset[str]:
+    """The `nodeconfig` fields the policy sets (the rest of a taken-over entry stays the
+    person's): a static-MIG node's entry is the operator's throughout (every GPU filtered)."""
+    if config.device_plugin != "hami":
+        return NODE_FIELDS
+    hc = config.hami_core
+    out = {"name", "operatingmode", "filterdevices"}
+    if hc is not None:
+        out |= {
+            key
+            for key, value in (
+                ("devicesplitcount", hc.device_split_count),
+                ("devicememoryscaling", hc.device_memory_scaling),
+                ("devicecorescaling", hc.device_core_scaling),
+            )
+            if value
+        }
+    return frozenset(out)
+
+
+def ascend_policy_fields(config: NodeConfig) -> frozenset[str]:
+    """The `nodes` fields the policy sets (what `ascend_entry` takes from it)."""
+    spec = config.ascend_vnpu
+    out = {"name", "filterDevices"}
+    if spec is not None and spec.v_device_count is not None:
+        out.add("vDeviceCount")
+    if spec is not None and spec.hami_vnpu_core is not None:
+        out.add("hami-vnpu-core")
+    return frozenset(out)
+
+
 def entry_bytes(entry: Mapping[str, Any]) -> int:
     """The bytes an entry takes as indented JSON (config.json's own layout, give or take the
     indentation of the list it is in)."""
@@ -156,49 +191,6 @@ def oversized(desired: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     """{node: bytes} of the entries over `bounds.MAX_NODE_ENTRY_BYTES`: refused."""
     sizes = {name: entry_bytes(entry) for name, entry in desired.items()}
     return {n: b for n, b in sizes.items() if b > bounds.MAX_NODE_ENTRY_BYTES}
-
-
-def _merge(
-    entries: list[Any],
-    desired: Mapping[str, dict[str, Any]],
-    owned: set[str],
-    fields: frozenset[str],
-) -> tuple[list[Any], set[str]]:
-    """New entry list and the names whose entries changed. Entries are updated in place so a
-    round-trip document keeps comments on them."""
-    before: dict[str, list[Any]] = {}
-    for entry in entries:
-        if isinstance(entry, Mapping):
-            before.setdefault(str(entry.get("name", "")), []).append(plain(entry))
-    out: list[Any] = []
-    placed: set[str] = set()
-    for entry in entries:
-        name = str(entry.get("name", "")) if isinstance(entry, Mapping) else None
-        if name is not None and name in desired:
-            if name in placed:
-                continue  # a duplicate would override the rendered entry
-            assert isinstance(entry, MutableMapping)
-            want = desired[name]
-            for key in [k for k in entry if k in fields and k not in want]:
-                del entry[key]
-            for key, value in want.items():
-                if key not in entry or plain(entry[key]) != plain(value):
-                    entry[key] = value
-            out.append(entry)
-            placed.add(name)
-        elif name is not None and name in owned:
-            continue  # the node left: its entry goes
-        else:
-            out.append(entry)
-    for name in sorted(set(desired) - placed):
-        out.append(dict(desired[name]))
-    after: dict[str, list[Any]] = {}
-    for entry in out:
-        if isinstance(entry, Mapping):
-            after.setdefault(str(entry.get("name", "")), []).append(plain(entry))
-    touched = set(desired) | (owned & set(before))
-    changed = {n for n in touched if before.get(n) != after.get(n)}
-    return out, changed
 
 
 def _ownership(
@@ -222,10 +214,13 @@ def _finish(
     changed_entries: set[str],
     owned: dict[str, str],
     now: str,
+    originals: Mapping[str, list[dict[str, Any]]],
 ) -> Rendered:
     data = cm_data(cm)
     annotations = cm_annotations(cm)
     new_ann = {ANN_OWNED_ENTRIES: json_compact(owned)}
+    if originals or ANN_ORIGINAL_ENTRIES in annotations:
+        new_ann[ANN_ORIGINAL_ENTRIES] = entry_origins.record_text(originals)
     data_changed = data.get(ref.key) != text
     if data_changed:
         new_ann.update(stamp(now))
@@ -249,17 +244,13 @@ def _render(
     fields: frozenset[str],
     load: Callable[[str], Any],
     dump: Callable[[Any, str], str],
-) -> Rendered:
-    refused = oversized(desired)
-    desired = {n: e for n, e in desired.items() if n not in refused}
-    notes = tuple(
-        f"the {ref.key} entry for {n} would take {b} bytes, more than the "
-        f"{bounds.MAX_NODE_ENTRY_BYTES} a node may; it is left as it was"
-        for n, b in sorted(refused.items())
-    )
+    policy_fields: Mapping[str, frozenset[str]],
+    filter_key: str,
+) -> tuple[Rendered, dict[str, dict[str, Any]]]:
+    """The rendered ConfigMap, and the entries it wants (a person's merged in)."""
     owned_before = owned_entries(cm)
     if not desired and not owned_before:
-        return Rendered(data=cm_data(cm), notes=notes)  # nothing of ours, here or to come
+        return Rendered(data=cm_data(cm)), {}  # nothing of ours, here or to come
     current = cm_data(cm).get(ref.key, "")
     doc = load(current)
     if doc is None:
@@ -271,13 +262,28 @@ def _render(
         entries = []
     if not isinstance(entries, list):
         raise RenderError(f"{ref.name}/{ref.key}: {list_key!r} is not a list; refusing to edit it")
+    recorded = entry_origins.original_entries(cm)
+    origins = entry_origins.take_over(
+        list(entries), desired, owned_before, recorded, policy_fields, filter_key
+    )
+    refused = oversized(origins.desired)
+    desired = {n: e for n, e in origins.desired.items() if n not in refused}
+    notes = tuple(
+        f"the {ref.key} entry for {n} would take {b} bytes, more than the "
+        f"{bounds.MAX_NODE_ENTRY_BYTES} a node may; it is left as it was"
+        for n, b in sorted(refused.items())
+    ) + tuple(why for _, why in sorted(origins.refused.items()))
+    record = {n: r for n, r in origins.record.items() if n in desired or n in owned_before}
     before = plain(doc)
-    merged, changed = _merge(list(entries), desired, set(owned_before) - set(refused), fields)
+    merged, changed = entry_origins.merge_entries(
+        list(entries), desired, set(owned_before) - set(refused), fields, origins.restore
+    )
     entries[:] = merged
     doc[list_key] = entries
     text = current if plain(doc) == before and current else dump(doc, current)
     owned = _ownership(owned_before, desired, changed, now, refused)
-    return replace(_finish(cm, ref, text, changed, owned, now), notes=notes)
+    rendered = _finish(cm, ref, text, changed, owned, now, record)
+    return replace(rendered, notes=notes), desired
 
 
 def _json_load(text: str) -> Any:
@@ -330,9 +336,18 @@ def render_node_config(
     """`volcano-vgpu-node-config`: `released` maps every node the operator manages to its
     released configuration (`vgpu.volcano.sh/config`); hami-core and mig nodes get entries.
     `gpus`: the GPU indexes of nodes, for the entries of static-MIG nodes."""
-    desired = node_entries(released, config, gpus)
-    rendered = _render(
-        cm, config.node_config, desired, now, "nodeconfig", NODE_FIELDS, _json_load, _json_dump
+    fields = {n: node_policy_fields(rc) for n, rc in released.items() if rc is not None}
+    rendered, desired = _render(
+        cm,
+        config.node_config,
+        node_entries(released, config, gpus),
+        now,
+        "nodeconfig",
+        NODE_FIELDS,
+        _json_load,
+        _json_dump,
+        fields,
+        "filterdevices",
     )
 
     def implicit(name: str) -> dict[str, Any]:  # what a plugin uses for a node without entry
@@ -361,4 +376,17 @@ def render_ascend_node_config(
     def dump(doc: Any, original: str) -> str:
         return keep_trailing_newline(original, state["rt"].dump(doc))
 
-    return _render(cm, config.ascend_node_config, desired, now, "nodes", ASCEND_FIELDS, load, dump)
+    fields = {n: ascend_policy_fields(rc) for n, rc in released.items() if rc is not None}
+    rendered, _ = _render(
+        cm,
+        config.ascend_node_config,
+        desired,
+        now,
+        "nodes",
+        ASCEND_FIELDS,
+        load,
+        dump,
+        fields,
+        "filterDevices",
+    )
+    return rendered

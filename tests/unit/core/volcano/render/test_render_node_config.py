@@ -115,7 +115,9 @@ def test_an_existing_entry_is_taken_over_in_place_keeping_unknown_keys() -> None
     # the duplicate (which the plugin would let win) is gone; the first one was updated in place
     assert [e["name"] for e in doc_out["nodeconfig"]] == ["gpu-a", "other"]
     assert doc_out["nodeconfig"][0]["migstrategy"] == "none"
-    assert doc_out["nodeconfig"][0]["devicesplitcount"] == 10
+    # the policy sets no split count: the person's stays (core.volcano.render.entry_origins)
+    assert doc_out["nodeconfig"][0]["devicesplitcount"] == 2
+    assert doc_out["nodeconfig"][0]["operatingmode"] == "hami-core"  # the policy's
 
 
 def test_filter_devices_come_from_the_policy() -> None:

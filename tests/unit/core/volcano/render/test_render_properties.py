@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.kit.volcano_fixtures import configmap, scheduler_cm, text, without_memory
-from vgpu_operator.contract import ANN_OWNED_ENTRIES
+from vgpu_operator.contract import ANN_ORIGINAL_ENTRIES, ANN_OWNED_ENTRIES
 from vgpu_operator.core.volcano.render import (
     desired_nvidia,
     node_entry,
@@ -20,7 +20,8 @@ from vgpu_operator.core.volcano.render import (
     render_scheduler_conf,
 )
 from vgpu_operator.core.volcano.render.common import plain
-from vgpu_operator.core.volcano.render.node_config import NODE_FIELDS
+from vgpu_operator.core.volcano.render.entry_origins import merged
+from vgpu_operator.core.volcano.render.node_config import NODE_FIELDS, node_policy_fields
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy_modes import HamiCoreSpec
@@ -83,12 +84,20 @@ def test_node_config_keeps_foreign_entries_and_owns_exactly_the_desired(
     # foreign entries: all there, unchanged, in their order
     foreign = [e for e in doc["nodeconfig"] if e["name"] not in mine | owned]
     assert [e for e in result["nodeconfig"] if e["name"] not in mine] == foreign
-    # owned entries: one per desired node, the owned fields equal to the desired ones
+    # owned entries: one per desired node, the owned fields equal to the desired ones, a
+    # person's entry taken over now merged in (core.volcano.render.entry_origins)
     for name in mine:
         got = [e for e in result["nodeconfig"] if e["name"] == name]
         assert len(got) == 1
         want = node_entry(name, desired[name], cfg.device_defaults)
-        assert {k: v for k, v in got[0].items() if k in NODE_FIELDS} == plain(want)
+        theirs = [_entry(n, e) for n, e in existing if n == name and name not in owned]
+        if theirs:
+            fields = node_policy_fields(desired[name])
+            want = merged(theirs, want, fields, "filterdevices")
+            assert json.loads(out.annotations[ANN_ORIGINAL_ENTRIES])[name] == theirs
+        assert {k: v for k, v in got[0].items() if k in NODE_FIELDS} == {
+            k: v for k, v in plain(want).items() if k in NODE_FIELDS
+        }
     # ownership recorded; a second render changes nothing
     if mine or owned:
         assert set(json.loads(out.annotations[ANN_OWNED_ENTRIES])) == mine
