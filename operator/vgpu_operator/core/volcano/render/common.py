@@ -45,6 +45,19 @@ def cm_annotations(cm: Mapping[str, Any] | None) -> dict[str, str]:
     return dict(((cm or {}).get("metadata") or {}).get("annotations") or {})
 
 
+def annotation_mapping(cm: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
+    """A ConfigMap annotation holding a JSON object (the operator's records), parsed; absent,
+    unreadable or not an object: empty (a record that does not read records nothing)."""
+    raw = cm_annotations(cm).get(key)
+    if not raw:
+        return {}
+    try:
+        value = yamlsafe.json_loads(raw)
+    except yamlsafe.YamlRefused:
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
 def plain(value: Any) -> Any:
     """A comparable plain copy: mappings -> dict, sequences -> list, integral floats -> int."""
     if isinstance(value, Mapping):

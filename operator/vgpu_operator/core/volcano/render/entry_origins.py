@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_operator import bounds, yamlsafe
+from vgpu_operator import bounds
 from vgpu_operator.contract import ANN_ORIGINAL_ENTRIES
-from vgpu_operator.core.volcano.render.common import cm_annotations, plain
+from vgpu_operator.core.volcano.render.common import annotation_mapping, plain
 
 __all__ = [
     "Origins",
@@ -49,15 +49,7 @@ MAX_RECORD_BYTES = 64 * 1024
 def original_entries(cm: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
     """{node: the person's entries as they were} from the record; what does not read as a list
     of mappings per node is ignored (nothing to restore for it)."""
-    raw = cm_annotations(cm).get(ANN_ORIGINAL_ENTRIES)
-    if not raw:
-        return {}
-    try:
-        value = yamlsafe.json_loads(raw)
-    except yamlsafe.YamlRefused:
-        return {}
-    if not isinstance(value, Mapping):
-        return {}
+    value = annotation_mapping(cm, ANN_ORIGINAL_ENTRIES)
     out: dict[str, list[dict[str, Any]]] = {}
     for name, entries in value.items():
         if isinstance(entries, list) and entries and all(isinstance(e, Mapping) for e in entries):
