@@ -391,7 +391,9 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
         nodes_before = [await node_state(api, n) for n in gpus]
         generations = [await generation(api, p) for p in (ds_path, dep_path)]
         preview = await run_hook(api, kubeconfig, release, namespace, tmp_path, "--dry-run")
-        assert f"vgpunodepolicy {policy}: (dry run, not done) would be deleted" in preview
+        annotated = f"{contract.ANN_EVICT_GPU_PODS}=false, deleted and its nodes moved out"
+        assert f"vgpunodepolicy {policy}: (dry run, not done) would be annotated" in preview
+        assert annotated in preview  # the chart's default: no GPU pod evicted
         assert f"deployment {namespace}/{release}: would scale to 0" in preview
         taint = f"{contract.DEFAULT_TAINT_KEY}=hami:NoSchedule"
         assert f"(dry run, not done) removed taint {taint}" in preview

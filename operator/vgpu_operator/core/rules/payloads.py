@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from vgpu_operator import contract, yamlsafe
 from vgpu_operator.core.nodes.facts import node_facts
-from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.volcano.render.common import RenderError, RoundTrip
 from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
@@ -133,9 +133,19 @@ def _node_issues(s: ClusterSnapshot) -> Iterator[Issue]:
                 parse(text)
             except (ValidationError, ValueError) as exc:
                 problems.append((key, _one_line(str(exc))))
-        owned_error = node_facts(node).errors.get(contract.ANN_OWNED)
+        facts = node_facts(node)
+        owned_error = facts.errors.get(contract.ANN_OWNED)
         if owned_error is not None:
             problems.append((contract.ANN_OWNED, owned_error))
+        if facts.disowned:
+            # a record naming what the operator may never own: forged, or from an older release
+            yield warning(
+                ObjectRef(kind="Node", name=name),
+                f"Node {name}, annotation {contract.ANN_OWNED}: names what the operator may "
+                f"not own ({', '.join(facts.disowned)}); never acted on",
+                fix="nothing to do: the entries are dropped from the record at the node's next "
+                "write; if nobody should have written them, find who can edit Node annotations",
+            )
         for key, problem in problems:
             yield error(
                 ObjectRef(kind="Node", name=name),

@@ -236,3 +236,22 @@ def test_timestamps_are_clamped_or_refused(stamp: str) -> None:
     snapshot = dataclasses.replace(BASE, configmaps=items)
     assert crashed(snapshot) == []
     enforce_pure(snapshot)
+
+
+def test_a_record_naming_what_the_operator_may_not_own_is_a_warning_naming_the_node() -> None:
+    """A forged (or older) ownership record blocks nothing and is never acted on, but `doctor`
+    names it: someone could edit Node annotations who perhaps should not."""
+    nodes = copy.deepcopy(BASE.nodes)
+    forged = nodes[0]
+    forged["metadata"].setdefault("annotations", {})[contract.ANN_OWNED] = hostile.OWNED_TEXTS[1]
+    results = run_rules(dataclasses.replace(BASE, nodes=nodes))
+    name = forged["metadata"]["name"]
+    said = [
+        f
+        for f in results.findings
+        if f.id == "payload-readable"
+        and f"Node {name}, annotation {contract.ANN_OWNED}" in f.message
+    ]
+    assert [(f.severity, "label kubernetes.io/hostname=forged" in f.message) for f in said] == [
+        ("warning", True)
+    ]
