@@ -105,15 +105,25 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 # `plan`: what the operator would do for a policy, read-only (vgpu_operator/commands/plan.py).
 PLAN_MODULE = "vgpu_operator.commands.plan"
+# Subcommands run alone: `vgpu-operator agent` runs on every GPU node for as long as the node
+# lives, so its parser holds its own subcommand only. The other subcommands' modules import the
+# controller's core and models (rules, rendering, ruamel), about 6 MiB of each agent's resident
+# memory that it never uses (bench/agent_cost.py). Its arguments, help and errors are the same.
+ALONE: dict[str, str] = {"agent": "vgpu_operator.agent.cli"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only` (a key of ALONE), that subcommand alone."""
     parser = argparse.ArgumentParser(
         prog="vgpu-operator",
         description="Declarative, consistency-checked GPU virtualization for Volcano.",
     )
     parser.add_argument("--version", action="version", version=f"vgpu-operator {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if only is not None:
+        importlib.import_module(ALONE[only]).add_subcommand(sub)
+        with_exit_codes(parser)
+        return parser
 
     run = sub.add_parser("run", help="run the controller")
     run.add_argument("--kubeconfig", help="default: $KUBECONFIG, in-cluster, then ~/.kube/config")
@@ -204,8 +214,9 @@ def _raw_epilog(base: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words and words[0] in ALONE else None)
+    args = parser.parse_args(words)
     func: Command | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -30,15 +30,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.config import kube_config
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
 from vgpu_operator.kubeapi.exec_plugin import EXEC_TIMEOUT, exec_timeout, install_bounds
 from vgpu_operator.kubeapi.request import AuthHealth, Client
+
+if TYPE_CHECKING:
+    import kopf
 
 log = logging.getLogger("vgpu_operator.kubeapi")
 # The ServiceAccount directory a pod gets; VGPU_SERVICEACCOUNT_DIR points elsewhere (tests).
@@ -131,7 +133,11 @@ class Credentials:
         return api
 
     async def connection_info(self) -> kopf.ConnectionInfo:
-        """The same credentials for Kopf's login handler (Kopf calls it again on a 401)."""
+        """The same credentials for Kopf's login handler (Kopf calls it again on a 401).
+        Kopf is imported here, not with the module: the node agent loads credentials too and
+        runs without Kopf (about 3 MiB of its resident memory, bench/agent_cost.py)."""
+        import kopf
+
         cfg = await self.configuration()
         token = _bearer(cfg)
         expiration = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=TOKEN_FILE_PERIOD * 5)

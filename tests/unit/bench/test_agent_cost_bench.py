@@ -1,0 +1,41 @@
+"""Smoke test of bench/agent_cost.py at a tiny size: one GPU, a one-second idle window, one
+interpreter per import row, against the benchmark's own local stand-in for the apiserver (no
+cluster). It checks that the run completes and prints its table, not what it measures, except
+what must hold on any machine: every process holds memory, and neither grpc nor Kopf is in the
+agent's import set."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "agent_cost.py"
+
+
+def test_agent_cost_runs_at_a_tiny_size() -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--idle=1", "--settle=0.5", "--repeat=1", "--gpus=1"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout
+    assert "Machine:" in table and "Versions: Python" in table and "commit" in table
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| process")
+    }
+    for label in (
+        "floor: standard library only (http.client, ssl), one Node watch",
+        "floor: aiohttp, one Node watch",
+        "agent (this checkout)",
+    ):
+        assert float(rows[label][0]) > 5, (label, rows[label])  # RSS MiB
+    assert rows["grpc (grpcio)"][-1] == "grpc: no"
+    assert rows["kopf"][-1] == "kopf: no"
+    assert float(rows["the agent's import set (this checkout)"][1]) > 0
+    assert "grpc's extension (cygrpc) mapped in: none" in table
