@@ -44,7 +44,6 @@ from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored, snapshot_p
 from vgpu_operator.core.volcano.restarts import RestartSettings
 from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
-    annotations_of,
     meta,
     name_of,
     pod_done,
@@ -59,7 +58,7 @@ from vgpu_operator.core.volcano.writes import (
 )
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import VGPUNodePolicySpec
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION, registration
+from vgpu_operator.models.volcano import registration
 
 Obj = dict[str, Any]
 
@@ -140,12 +139,24 @@ def _gpu_pods(s: ClusterSnapshot, node: str) -> tuple[str, ...]:
     )
 
 
-def _kind(raw: Mapping[str, Any], s: ClusterSnapshot, wanted: NodeConfig | None) -> ChangeKind:
+def _rollout_pods(s: ClusterSnapshot) -> dict[str, tuple[GpuPod, ...]]:
+    """Each node's GPU pods as the controller hands them to the rollout (the pod index's)."""
+    resources = snapshot_gpu_resources(s)
+    out: dict[str, tuple[GpuPod, ...]] = {}
+    for n in s.nodes:
+        name = name_of(n)
+        on = [p for p in s.pods_on(name) if not pod_done(p) and holds_gpu(p, resources, s.claims)]
+        out[name] = tuple(g for g in map(gpu_pod_of, on) if g is not None)
+    return out
+
+
+def _kind(
+    raw: Mapping[str, Any], wanted: NodeConfig | None, pods: tuple[GpuPod, ...]
+) -> ChangeKind:
     """How the node changes to `wanted`, exactly as the rollout classifies it
-    (`core.rollout.arrival.arrival_kind`: a first configuration over GPU consumers included)."""
-    facts = node_facts(raw)
-    pods = tuple(GpuPod(key) for key in _gpu_pods(s, facts.name))
-    view = NodeView(facts=facts, owner=None, pods=pods, registration=registration(raw))
+    (`core.rollout.arrival.arrival_kind`: a first configuration over GPU consumers included),
+    from the same pods and registration `_decide` hands it."""
+    view = NodeView(facts=node_facts(raw), owner=None, pods=pods, registration=registration(raw))
     return arrival_kind(wanted, view)
 
 
@@ -184,6 +195,7 @@ def _node_change(
     plan: NodePlan,
     raw: Mapping[str, Any],
     s: ClusterSnapshot,
+    pods: tuple[GpuPod, ...],
     step: NodeStep | None,
     leaving: str | None = None,
 ) -> NodeChange:
@@ -210,7 +222,7 @@ def _node_change(
         wanted = after.target if after.target is not None else after.config
     elif step is not None:
         wanted = node_facts(raw).target
-    kind = _kind(raw, s, wanted) if wanted is not None else "trivial"
+    kind = _kind(raw, wanted, pods) if wanted is not None else "trivial"
     disruptive = _disruption(now, wanted, kind)
     return NodeChange(
         node=plan.node,
@@ -254,18 +266,11 @@ def _decide(
     facts: list[Any],
     policies: Iterable[ParsedPolicy],
     now: datetime,
+    pods: Mapping[str, tuple[GpuPod, ...]],
 ) -> RolloutPlan:
     """The rollout's decision from what the controller would hand it: each node's GPU pods and
     the plugin's registration."""
-    resources = snapshot_gpu_resources(s)
-    pods: dict[str, tuple[GpuPod, ...]] = {}
-    registrations: dict[str, str] = {}
-    for n in s.nodes:
-        name = name_of(n)
-        on = [p for p in s.pods_on(name) if not pod_done(p) and holds_gpu(p, resources, s.claims)]
-        pods[name] = tuple(g for g in map(gpu_pod_of, on) if g is not None)
-        if text := annotations_of(n).get(REGISTER_ANNOTATION):
-            registrations[name] = text
+    registrations = {name_of(n): text for n in s.nodes if (text := registration(n))}
     return decide_cluster(facts, policies, now, pods=pods, registrations=registrations)
 
 
@@ -300,7 +305,8 @@ def plan(
             refused = "; ".join(x.describe() for x in p.refused)
             notes.append(f"policy {p.name}: the change is refused (its nodes are held): {refused}")
     facts = [node_facts(n) for n in s.nodes]
-    decision = _decide(s, facts, parsed.values(), now)
+    pods = _rollout_pods(s)
+    decision = _decide(s, facts, parsed.values(), now, pods)
     cluster = plan_with_leaves(
         facts,
         parsed.values(),
@@ -310,7 +316,14 @@ def plan(
     )
     raw = {name_of(n): n for n in s.nodes}
     changes = [
-        _node_change(plan, raw[name], s, decision.steps.get(name), decision.held.get(name))
+        _node_change(
+            plan,
+            raw[name],
+            s,
+            pods.get(name, ()),
+            decision.steps.get(name),
+            decision.held.get(name),
+        )
         for name, plan in sorted(cluster.plans.items())
         if plan.patch is not None
         or plan.action in ("blocked", "conflict")
