@@ -30,12 +30,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "kubeapi": frozenset({GROUND}),
     "crdgen": frozenset({GROUND, "models"}),
     "core.mig": frozenset({GROUND, "models"}),
+    "core.dra": frozenset({GROUND, "models"}),
     "core.nodes": frozenset({GROUND, "models", "core.mig"}),
-    "core.volcano": frozenset({GROUND, "models", "core.mig", "core.nodes"}),
-    "core.rollout": frozenset({GROUND, "models", "core.mig", "core.nodes", "core.volcano"}),
-    "core.rules": frozenset({GROUND, "models", "core.mig", "core.nodes", "core.volcano"}),
+    "core.volcano": frozenset({GROUND, "models", "core.mig", "core.dra", "core.nodes"}),
+    "core.rollout": frozenset(
+        {GROUND, "models", "core.mig", "core.dra", "core.nodes", "core.volcano"}
+    ),
+    "core.rules": frozenset(
+        {GROUND, "models", "core.mig", "core.dra", "core.nodes", "core.volcano"}
+    ),
 }
-CORE_WINGS = ("core.mig", "core.nodes", "core.volcano", "core.rollout", "core.rules")
+CORE_WINGS = ("core.mig", "core.dra", "core.nodes", "core.volcano", "core.rollout", "core.rules")
 ALLOWED["core"] = frozenset({GROUND, "models", *CORE_WINGS})
 ALLOWED["controller"] = ALLOWED["core"] | {"core", "kubeapi"}
 ALLOWED["agent"] = ALLOWED["controller"]

@@ -5,50 +5,18 @@ registered with `@rule(id, title)`; adding a rule is adding one such function. R
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TypeAlias
 
-from pydantic import BaseModel, ConfigDict
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 
-from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
-
-Severity = Literal["error", "warning", "info"]
-SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
-
-
-class ObjectRef(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    kind: str
-    name: str
-    namespace: str | None = None
-
-    def __str__(self) -> str:
-        return (
-            f"{self.kind} {self.namespace}/{self.name}"
-            if self.namespace
-            else (f"{self.kind} {self.name}")
-        )
-
-    @classmethod
-    def of(cls, kind: str, obj: Mapping[str, Any]) -> ObjectRef:
-        m = meta(obj)
-        return cls(kind=kind, name=str(m.get("name", "")), namespace=m.get("namespace"))
-
-
-class Finding(BaseModel):
-    """One problem: `id` is the rule's id; `fixable_by_operator` says whether `enforce` mode
-    fixes it (it owns the object) or only reports it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    severity: Severity
-    objects: tuple[ObjectRef, ...]
-    message: str
-    fix: str
-    fixable_by_operator: bool = False
+# The finding's shape lives with the models so that wings below this one (core.dra) report the
+# same type; the names stay importable from here.
+from vgpu_operator.models.findings import SEVERITY_ORDER as SEVERITY_ORDER
+from vgpu_operator.models.findings import Finding as Finding
+from vgpu_operator.models.findings import ObjectRef as ObjectRef
+from vgpu_operator.models.findings import Severity as Severity
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,46 @@
+"""What NVIDIA's DRA driver for GPUs is called in a cluster, as its release names it
+(kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1): the driver, the API it publishes through, the
+DeviceClasses its chart installs and the kubelet plugin's DaemonSet."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:cmd/gpu-kubelet-plugin/main.go `DriverName`
+DRIVER: Final = "gpu.nvidia.com"
+
+# The GA API of DRA (Kubernetes 1.34+). The chart writes its DeviceClasses in the highest version
+# served and the kubelet plugin builds k8s.io/api/resource/v1 ResourceSlices
+# (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/templates/
+# _helpers.tpl `dra-driver-nvidia-gpu.resourceApiVersion`).
+RESOURCE_API: Final = "resource.k8s.io/v1"
+RESOURCE_GROUP: Final = "resource.k8s.io"
+
+
+def selector(device_type: str) -> str:
+    """The CEL selector of the chart's DeviceClass for one device type."""
+    return f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"
+
+
+# DeviceClass name -> its CEL selector (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:
+# deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml, deviceclass-mig.yaml and
+# deviceclass-vfio-gpu.yaml beside it; the device types of
+# kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:cmd/gpu-kubelet-plugin/types.go).
+DEVICE_CLASSES: Final = {
+    "gpu.nvidia.com": selector("gpu"),
+    "mig.nvidia.com": selector("mig"),
+    "vfio.gpu.nvidia.com": selector("vfio"),
+}
+# Whole GPUs and MIG devices are what a pool hands out; the vfio class only serves passthrough
+# (the PassthroughSupport feature gate, off by default:
+# kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:pkg/featuregates/featuregates.go).
+REQUIRED_CLASSES: Final = ("gpu.nvidia.com", "mig.nvidia.com")
+
+# The chart's kubelet plugin DaemonSet `<chart name>-kubelet-plugin` and its pods' selector label
+# `<chart name>-component: kubelet-plugin`, in the namespace its install guide uses
+# (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/templates/
+# kubeletplugin.yaml and `selectorLabels` in _helpers.tpl beside it;
+# kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:docs/install.md).
+PLUGIN_DAEMONSET: Final = "dra-driver-nvidia-gpu-kubelet-plugin"
+PLUGIN_POD_LABEL: Final = ("dra-driver-nvidia-gpu-component", "kubelet-plugin")
+PLUGIN_NAMESPACE: Final = "dra-driver-nvidia-gpu"
