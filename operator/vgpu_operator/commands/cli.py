@@ -43,10 +43,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from vgpu_operator import logs
     from vgpu_operator.controller.app import Settings
-    from vgpu_operator.controller.handlers import Runtime
     from vgpu_operator.controller.leader import LeaderElectionConfig, default_identity
     from vgpu_operator.controller.reconciler import ReconcilerOptions
     from vgpu_operator.controller.runner import run_operator
+    from vgpu_operator.controller.runtime import Runtime
     from vgpu_operator.kubeapi.credentials import CredentialsError, resolve
     from vgpu_operator.models.config import OperatorConfig, load_config
     from vgpu_operator.models.config_errors import ConfigError

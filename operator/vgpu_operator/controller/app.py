@@ -1,16 +1,16 @@
-"""The controller, started in one place: `await start(settings)` returns it with every part.
+"""The controller, started in one place: `await start(settings, policies)` returns it.
 
-    Settings (frozen: credentials, options, operator config)
-      -> start(): one API client, one Event poster,
-                  informers of Nodes and policies (kubeapi.list_watch), the pod index (pods
-                  holding GPU resources, per node), the claim index (ResourceClaims' drivers),
-                  the DaemonSet informer, the policy reconciler, the configuration reconciler,
-                  the unschedulable pod warnings; their tasks
+    Settings (frozen: credentials, options, operator config), Kopf's policy index
+      -> start(): one API client, one Event poster, the Node informer (kubeapi.list_watch),
+                  the pod index (pods holding GPU resources, per node), the claim index
+                  (ResourceClaims' drivers), the DaemonSet informer, the named ConfigMaps' and
+                  the scheduler Deployment's informers, the policy reconciler, the configuration
+                  reconciler, the unschedulable pod warnings; their tasks
       -> Controller.stop()
 
-Kopf (controller.handlers) calls `start` from its start-up hook, directly or once this replica
-leads (controller.leader), and `stop` from its clean-up; its ConfigMap and Deployment watches only
-call `request_configuration_pass`. The watch callbacks here only turn events into requests for
+Kopf (controller.handlers) calls `start` from its start-up handler, once this replica leads
+(controller.leader), and `stop` from its clean-up; its policy handlers call `policy_changed`,
+`policy_gone` and `release`. The informers' callbacks here only turn events into requests for
 work (and a pending GPU pod into its fit check); the reconcilers do the rest.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -33,11 +33,11 @@ from vgpu_operator.controller.kept import (
     indexed_node,
     kept_node,
     namespaced_name,
-    policy_entry,
     resource_version,
     same_facts,
 )
 from vgpu_operator.controller.pods import PAGE, PodIndex
+from vgpu_operator.controller.policies import PolicyCache
 from vgpu_operator.controller.reconciler import PolicyEntry, Reconciler, ReconcilerOptions
 from vgpu_operator.controller.rollout import PluginReadings, RolloutDriver
 from vgpu_operator.controller.snapshot import (
@@ -82,7 +82,9 @@ class Settings:
 class Controller:
     """The running controller. Made by `start`; every part exists from construction on."""
 
-    def __init__(self, settings: Settings, api: kubeapi.Client) -> None:
+    def __init__(
+        self, settings: Settings, api: kubeapi.Client, policies: PolicyCache | None = None
+    ) -> None:
         self.settings = settings
         self.api = api
         self.events = EventPoster(
@@ -98,9 +100,8 @@ class Controller:
             # whole, 5,000 Nodes as kwok keeps them left the process 100 MiB larger.
             kubeapi.WatchOptions(page_size=PAGE, reduce=kept_node),
         )
-        self.policies: Informer[PolicyEntry] = Informer(
-            api, "policies", kubeapi.policy_path(), policy_entry, self.policy_event
-        )
+        # Kopf's index (controller.handlers), read-only here; an empty one for tests
+        self.policies = policies if policies is not None else PolicyCache()
         self.pods = PodIndex(api, gpu_resources(settings.config), self.pod_event)
         self.claims = ClaimIndex(api)  # which driver allocated a pod's ResourceClaim
         # Held by namespace/name: the plugin is found by both, and a same-named DaemonSet in
@@ -162,12 +163,11 @@ class Controller:
                 nodes_idle=self.reconciler.idle,
             )
         self.tasks: list[asyncio.Task[None]] = []
-        self._seen_policies: dict[str, tuple[int, bool, tuple[str, ...], bool]] = {}
 
     def launch(self) -> None:
         tasks = {
             "vgpu-watch-nodes": self.nodes.run(),
-            "vgpu-watch-policies": self.policies.run(),
+            "vgpu-policies-listed": self.policies.wait_listed(self.api),
             "vgpu-watch-pods": self.pods.run(),
             "vgpu-watch-resourceclaims": self.claims.run(),
             # No pass before both listings are in: with the policies not yet known, every
@@ -196,7 +196,8 @@ class Controller:
 
     # -- what the parts read ----------------------------------------------------------------
     async def wait_synced(self) -> None:
-        """Until both watches have delivered their first listing: what they hold is the cluster."""
+        """Until the node watch has delivered its first listing and Kopf's policy index holds
+        every policy: what they hold is the cluster."""
         await self.nodes.synced.wait()
         await self.policies.synced.wait()
 
@@ -294,7 +295,7 @@ class Controller:
         value = self.volcano.condition(nodes)
         if value is not None:
             return {CONDITION: value}
-        stored = self.policies.items.get(policy)
+        stored = self.policies.get(policy)
         for c in (stored.status if stored else {}).get("conditions") or []:
             if c.get("type") == CONDITION:
                 kept = (c.get("status", "Unknown"), c.get("reason", ""), c.get("message", ""))
@@ -353,50 +354,28 @@ class Controller:
             if before != (None if gone else plugin_node_values(change.item, config)):
                 self.reconciler.request_full()
 
-    async def policy_event(self, change: Change[PolicyEntry]) -> None:
-        name = change.name
-        if change.type == DELETED:
-            self._seen_policies.pop(name, None)
-            self.reconciler.forget_policy(name)
-            self.reconciler.request_full()
-            self.request_configuration_pass()
-            return
-        meta = change.obj.get("metadata") or {}
-        finalizers = change.item.finalizers
-        deleting = change.item.parsed.deleting
-        policy = change.item.parsed.policy
-        evict = policy is None or policy.evict_gpu_pods  # (cleanup's contract.ANN_EVICT_GPU_PODS)
-        key = (int(meta.get("generation") or 0), deleting, finalizers, evict)
-        if self._seen_policies.get(name) == key:
-            return  # a status write (ours) or a label/annotation edit: nothing to do
-        self._seen_policies[name] = key
-        # The pass does not wait for the finalizer's round trip: until it is on, a deletion is
-        # still handled (the policy's nodes are then released as nodes of no policy).
+    # -- requests from Kopf's policy handlers (controller.handlers) --------------------------
+    def policy_changed(self) -> None:
+        """A policy was created, changed, resumed or marked for deletion: one full pass of each
+        reconciler (priorities and conflicts are cluster-wide: no policy is planned alone)."""
         self.reconciler.request_full()
         self.request_configuration_pass()
-        missing = not deleting and contract.FINALIZER not in finalizers
-        missing = missing and self.reconciler.observer is None  # observe writes no finalizer
-        if missing and not await self._add_finalizer(name, meta):
-            self._seen_policies.pop(name, None)  # handle the newer version when it comes
 
-    async def _add_finalizer(self, name: str, meta: Mapping[str, Any]) -> bool:
-        finalizers = [*list(meta.get("finalizers") or ()), contract.FINALIZER]
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
-        try:
-            await kubeapi.request(
-                self.api,
-                "PATCH",
-                kubeapi.policy_path(name),
-                body=body,
-                content_type=kubeapi.MERGE_PATCH,
-            )
-        except (kubeapi.Conflict, kubeapi.NotFound):
-            return False  # a newer version exists (or none): its event comes next
-        return True
+    def policy_gone(self, name: str) -> None:
+        """A policy left the cluster (its index entry is gone): statuses and gauges again."""
+        self.reconciler.forget_policy(name)
+        self.policy_changed()
+
+    async def release(self, name: str, timeout: float) -> list[str]:
+        """Until the reconciler has released every node of the deleted policy `name` ([]), or
+        `timeout` seconds (the nodes it still holds)."""
+        self.request_configuration_pass()
+        return await self.reconciler.wait_released(name, timeout)
 
 
-async def start(settings: Settings) -> Controller:
-    """Connect, build every part, start their tasks."""
+async def start(settings: Settings, policies: PolicyCache | None = None) -> Controller:
+    """Connect, build every part, start their tasks. `policies`: Kopf's policy index (None:
+    an empty one, for tests that add entries themselves)."""
     api = await settings.credentials.client(
         pool_size=settings.options.concurrency + 16, user_agent=settings.user_agent
     )
@@ -406,7 +385,7 @@ async def start(settings: Settings) -> Controller:
         except BaseException:
             await api.close()
             raise
-    controller = Controller(settings, api)
+    controller = Controller(settings, api, policies)
     controller.launch()
     log.info("controller started (%s)", settings.credentials.describe())
     return controller

@@ -1,63 +1,67 @@
-"""Kopf's part: login, settings, start-up and clean-up.
+"""The operator's Kopf handlers: the whole of what Kopf reacts to, in one registry.
 
-Nodes, policies, Pods, DaemonSets, and by name the configured ConfigMaps and the scheduler
-Deployment, are watched by the lean informer (`controller.informer`),
-not by Kopf: Node and Pod events come by the thousand, and Kopf's per-event pipeline cost more
-than the operator's own work (and its change-detecting handlers would store their state in
-annotations on every Node: extra writes). Kopf runs only where the operator may write: at once
-without leader election, else once this replica holds the Lease (`Runtime.elect`,
-`controller.leader`); its start-up starts the controller (`controller.app.start`). A standby
-serves its liveness endpoint, exports `vgpu_operator_leader 0` and watches nothing. A leader
-that loses its lease stops Kopf and the controller and then the process (`Runtime.lost`), as
-client-go's leader election does.
+- login, start-up, clean-up: credentials for Kopf's watches; the controller started with Kopf's
+  policy index, and stopped (`controller.runtime.Runtime`).
+- VGPUNodePolicies: an index (`policies`: the controller's read-only view of every policy), and
+  the lifecycle. Creation, a change of spec, labels or annotations, and the resumption of every
+  policy when Kopf starts wake the reconcilers for one pass over the whole cluster (priorities
+  and conflicts are cluster-wide: no handler plans one policy alone). Deletion waits until the
+  reconciler reports that the policy's nodes are released; Kopf's finalizer
+  (`vgpu.volcano.sh/finalizer`, the name earlier releases put on the policies) holds the policy
+  until then. In observe mode the deletion handler is optional: Kopf puts no finalizer on a
+  policy (observe releases no node, so it holds no deletion). Status is the reconciler's own
+  PATCH, not Kopf's: it is computed from every node in the same pass.
+
+Nodes, Pods, DaemonSets, and by name the configured ConfigMaps and the scheduler Deployment are
+watched by the controller's informers (`controller.informer`), not by Kopf: docs/architecture.md
+gives the figures and the reasons kind by kind.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from aiohttp import web
 
-from vgpu_operator import contract, health, kubeapi
-from vgpu_operator.controller.app import Controller, Settings, start
-from vgpu_operator.controller.leader import LeaderElectionConfig, LeaderElector, LeadershipLost
+from vgpu_operator import contract
+from vgpu_operator.controller.app import Controller
+from vgpu_operator.controller.policies import INDEX, KopfIndex, index_entry
+from vgpu_operator.controller.runtime import Runtime
 
 log = logging.getLogger("vgpu_operator.handlers")
 
+POLICIES = (contract.GROUP, contract.VERSION, contract.POLICY_PLURAL)
+# How long Kopf's deletion handler waits for the reconciler's release before it hands the
+# policy back to Kopf. Kopf processes one object's events in order, so while the handler waits,
+# the policy's index entry stands still (an edit of a policy being deleted, such as cleanup's
+# evict-gpu-pods annotation, would not reach the reconciler): the wait is short, and Kopf
+# retries after RELEASE_RETRY seconds, or at once when the policy changes (each retry is one
+# Kopf write to the policy, its progress annotation).
+RELEASE_WAIT = 5.0
+RELEASE_RETRY = 20.0
 
-class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """The diff-base of an operator without change-detecting handlers: empty.
 
-    Kopf builds an object's "essence" (a deep copy without status and system fields) on every
-    watch event, to compare it with the last handled one for on.create/update/resume handlers.
-    This operator has none (`build_registry` checks): it reacts to events only, so the essence
-    is never used.
-    """
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NamedConnection(kopf.ConnectionInfo):
+    """Kopf's connection, sending the controller's own User-Agent: the audit log tells the
+    replicas apart by it (Kopf sends `kopf/<version>` only where no User-Agent is set)."""
 
-    def build(
-        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
-    ) -> kopf.BodyEssence:
-        return kopf.BodyEssence()
+    user_agent: str = ""
 
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        return None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        return None
+    def as_http_headers(self) -> dict[str, str]:
+        headers = super().as_http_headers()
+        if self.user_agent:
+            headers["User-Agent"] = self.user_agent
+        return headers
 
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
-    """Kopf's settings: own prefixes, timeouts on every watch."""
-    # Kopf's own finalizer must differ from the operator's: Kopf removes its finalizer from
-    # objects no handler of its needs it for, which would fight the operator's own.
-    settings.persistence.finalizer = f"{contract.GROUP}/kopf-finalizer"
+    """Kopf's settings: the operator's finalizer and prefixes, timeouts on every watch."""
+    settings.persistence.finalizer = contract.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=contract.GROUP)
-    settings.persistence.diffbase_storage = NoDiffBase(
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=contract.GROUP, key="last-handled-configuration"
     )
     settings.watching.server_timeout = 300
@@ -66,129 +70,65 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.reconnect_backoff = 1.0
     settings.networking.request_timeout = 60
     settings.scanning.disabled = True  # cluster-wide; no namespace/CRD discovery needed
-    settings.posting.level = logging.WARNING  # Events come from the reconcilers, deliberately
-
-
-@dataclass
-class Runtime:
-    """One process of the operator: its liveness endpoint from the start, the Lease (with
-    leader election), and Kopf with the controller only while this replica may write.
-
-    Kopf runs only on the leader: it has no Lease election of its own, and a handler that
-    returned early on a standby would still mark the object handled (Kopf keeps its state on
-    the object). A standby serves `/healthz`, exports `vgpu_operator_leader 0` and holds no
-    watch at all."""
-
-    settings: Settings
-    leader: LeaderElectionConfig | None = None  # None: no election (one replica, tests)
-    liveness: str | None = None  # http://HOST:PORT/PATH
-    controller: Controller | None = None  # None before start-up, and on a standby
-    lost: bool = False  # this replica led and lost its lease: the process must exit non-zero
-    stop_flag: asyncio.Event = field(default_factory=asyncio.Event)  # the process's
-    kopf_stop: asyncio.Event | None = None  # the running Kopf's (the process's without election)
-    elector: LeaderElector | None = None
-    _lease_api: kubeapi.Client | None = None
-    _health: web.AppRunner | None = None
-
-    async def serve_health(self) -> None:
-        """The one liveness endpoint of the process, a standby's too (Kopf's own probes start
-        only with Kopf)."""
-        if not self.liveness:
-            return
-        info = {
-            "reconcilePasses": lambda: (
-                self.controller.reconciler.passes if self.controller is not None else 0
-            ),
-            "leader": lambda: self.elector.is_leader if self.elector is not None else True,
-            # The pod index: listed yet, and how many GPU pods it holds (the benchmark
-            # reads these to tell when the listing has settled).
-            "podIndexSynced": lambda: (
-                self.controller is not None and self.controller.pods.synced.is_set()
-            ),
-            "gpuPods": lambda: len(self.controller.pods) if self.controller is not None else 0,
-        }
-        self._health = await health.serve(self.liveness, self.health_checks(), info)
-
-    async def elect(self, lead: Callable[[], Awaitable[None]]) -> None:
-        """`lead` while this replica holds the Lease; until stopped, or the Lease is lost
-        (`lost`: the process exits 1, as client-go's OnStoppedLeading has it)."""
-        assert self.leader is not None
-        self._lease_api = await self.settings.credentials.client(
-            pool_size=2, user_agent=self.settings.user_agent
-        )
-        self.elector = LeaderElector(self._lease_api, self.leader)
-        election = asyncio.create_task(self.elector.run(lead), name="vgpu-leader-election")
-        stopped = asyncio.create_task(self.stop_flag.wait(), name="vgpu-stop")
-        try:
-            await asyncio.wait({election, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not election.done() and self.kopf_stop is not None:
-                self.kopf_stop.set()  # leading: Kopf stops, then the elector releases the Lease
-                await asyncio.wait({election})
-        finally:
-            stopped.cancel()
-            if not election.done():
-                election.cancel()  # a standby stops trying (and releases a Lease it took)
-            try:
-                await election
-            except asyncio.CancelledError:
-                pass
-            except LeadershipLost as exc:
-                log.error("lost the leader lease: %s; stopping", exc)
-                self.lost = True
-
-    async def startup(self) -> None:
-        """Kopf's start-up: the controller (Kopf runs only where it may write)."""
-        self.controller = await start(self.settings)
-
-    async def cleanup(self) -> None:
-        # Stopped by a signal, Kopf still waits for its stop-flag task: set the flag so it ends
-        # at once instead of after Kopf's 5 s grace for hung tasks.
-        if self.kopf_stop is not None:
-            self.kopf_stop.set()
-        if self.controller is not None:
-            await self.controller.stop()
-            self.controller = None
-
-    async def close(self) -> None:
-        if self._lease_api is not None:
-            await self._lease_api.close()
-        if self._health is not None:
-            await self._health.cleanup()
-
-    def health_checks(self) -> dict[str, health.Check]:
-        def credentials() -> str:
-            apis = [c.api for c in (self.controller,) if c is not None]
-            apis += [self._lease_api] if self._lease_api is not None else []
-            return "; ".join(p for p in (a.auth.problem() for a in apis) if p)
-
-        def lease() -> str:
-            return self.elector.check() if self.elector is not None else ""
-
-        return {"credentials": credentials, "lease": lease}
+    # The reconcilers post the operator's Events, aggregated per policy and node; Kopf's own
+    # (one per handler outcome) would repeat them.
+    settings.posting.enabled = False
 
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+    observe = runtime.settings.options.observe
 
     @kopf.on.login(registry=registry)
     async def login(**_: Any) -> kopf.ConnectionInfo:
         # Called again by Kopf on a 401: the credentials are loaded anew each time.
-        return await runtime.settings.credentials.connection_info()
+        info = await runtime.settings.credentials.connection_info()
+        fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+        return NamedConnection(**fields, user_agent=runtime.settings.user_agent)
 
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         configure_settings(settings)
-        await runtime.startup()
+        index: KopfIndex = kwargs[INDEX]  # Kopf hands its (still empty) indices to start-up
+        await runtime.startup(index)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         await runtime.cleanup()
 
-    check_registry(registry)
+    @kopf.index(*POLICIES, id=INDEX, registry=registry)
+    def policies(body: kopf.Body, **_: Any) -> dict[str, Any]:
+        return index_entry(body)
+
+    @kopf.on.create(*POLICIES, id="policy_changed", registry=registry)
+    @kopf.on.update(*POLICIES, id="policy_changed", registry=registry)
+    @kopf.on.resume(*POLICIES, id="policy_changed", registry=registry)
+    async def policy_changed(**_: Any) -> None:
+        controller(runtime).policy_changed()
+
+    @kopf.on.delete(*POLICIES, id="policy_deleted", registry=registry, optional=observe)
+    async def policy_deleted(name: str, **_: Any) -> None:
+        running = controller(runtime)
+        if observe:
+            running.policy_changed()
+            return
+        still = await running.release(name, RELEASE_WAIT)
+        if still:
+            shown = ", ".join(still[:5]) + (f" and {len(still) - 5} more" if len(still) > 5 else "")
+            raise kopf.TemporaryError(
+                f"{len(still)} node(s) still to release: {shown}", delay=RELEASE_RETRY
+            )
+
+    @kopf.on.event(*POLICIES, id="policy_gone", registry=registry)
+    async def policy_gone(name: str, type: str | None, **_: Any) -> None:
+        if type == "DELETED":  # Kopf's index has dropped it
+            controller(runtime).policy_gone(name)
+
     return registry
 
 
-def check_registry(registry: kopf.OperatorRegistry) -> None:
-    """With `NoDiffBase`, a change-detecting handler would never see a change: refuse it."""
-    if registry._changing.get_all_handlers():
-        raise RuntimeError("change-detecting handlers need Kopf's diff-base storage back")
+def controller(runtime: Runtime) -> Controller:
+    """The running controller (Kopf calls resource handlers only after its start-up)."""
+    if runtime.controller is None:
+        raise kopf.TemporaryError("the controller is not running yet", delay=1)
+    return runtime.controller

@@ -1,9 +1,11 @@
 """The policy side of the reconciler's pass (`controller.reconciler`): each policy's status
-(written only when it changed), the finalizer of a policy being deleted (released once none of
-its nodes carries its label or is still in a transition charged to it), and the gauges."""
+(written only when it changed), the release of a policy being deleted (once none of its nodes
+carries its label or is still in a transition charged to it; Kopf's deletion handler waits for
+it, and Kopf then removes its finalizer), and the gauges."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -52,9 +54,14 @@ class PolicyWrites:
     node_backoff: Backoff[str]
     _written_status: dict[str, dict[str, Any]]
     _refused_posted: set[tuple[str, str]]
+    _released: dict[str, asyncio.Event]  # deleted policies someone waits on
+    still_held: dict[str, list[str]]  # deleted policies: the nodes they held at the last pass
     post_event: Callable[[Mapping[str, Any], str, str, str], None]
 
     def _retry_soon(self) -> None:
+        raise NotImplementedError
+
+    def request_full(self) -> None:
         raise NotImplementedError
 
     async def _write_statuses(
@@ -112,6 +119,7 @@ class PolicyWrites:
 
     def forget_policy(self, name: str) -> None:
         self._written_status.pop(name, None)
+        self.still_held.pop(name, None)
 
     # -- refusals ---------------------------------------------------------------------------
     def _warn_refused(
@@ -134,43 +142,43 @@ class PolicyWrites:
         self._refused_posted.clear()
         self._refused_posted.update(now)
 
-    # -- finalizers -------------------------------------------------------------------------
-    async def _release_finalizers(
-        self,
-        cluster: ClusterPlan,
-        nodes: Mapping[str, NodeFacts],
-        policies: Mapping[str, PolicyEntry],
+    # -- releases ---------------------------------------------------------------------------
+    def _report_releases(
+        self, nodes: Mapping[str, NodeFacts], policies: Mapping[str, PolicyEntry]
     ) -> None:
+        """For each policy being deleted, the nodes it still holds (its label, or a transition
+        charged to it); a policy that holds none is released: whoever waits on it
+        (`wait_released`, Kopf's deletion handler) is told. The decision is the same with or
+        without a finalizer: what the release does to each node was decided by the node plans
+        from the node's own records (`core.nodes.adoption`)."""
         for name, entry in policies.items():
-            if not entry.parsed.deleting or contract.FINALIZER not in entry.finalizers:
+            if not entry.parsed.deleting:
                 continue
             still = [n for n, f in nodes.items() if f.policy_label == name or _leaving(f, name)]
+            self.still_held[name] = still
             if still:
                 log.info("policy %s is being deleted; %d nodes still to clean", name, len(still))
                 if not all(n in self.node_backoff for n in still):
                     self._retry_soon()  # (a node backing off brings its own pass when due)
                 continue
-            remaining = [f for f in entry.finalizers if f != contract.FINALIZER]
-            try:
-                await kubeapi.request(
-                    self.api,
-                    "PATCH",
-                    kubeapi.policy_path(name),
-                    body={
-                        "metadata": {
-                            "finalizers": remaining,
-                            "resourceVersion": entry.resource_version,
-                        }
-                    },
-                    content_type=kubeapi.MERGE_PATCH,
-                )
-            except kubeapi.NotFound:
-                continue
-            except kubeapi.Conflict:
-                log.info("policy %s changed while releasing its finalizer; again", name)
-                self._retry_soon()
-                continue
-            self.forget_policy(name)
+            waiter = self._released.get(name)
+            if waiter is not None:
+                waiter.set()
+
+    async def wait_released(self, name: str, timeout: float) -> list[str]:
+        """Until a pass finds the deleted policy `name` holds no node: [] then; the nodes it
+        still held at the last pass if `timeout` seconds pass first."""
+        waiter = self._released[name] = asyncio.Event()
+        self.still_held.pop(name, None)
+        self.request_full()
+        try:
+            await asyncio.wait_for(waiter.wait(), timeout)
+        except TimeoutError:
+            return self.still_held.get(name) or [f"(no pass has looked at {name} yet)"]
+        finally:
+            if self._released.get(name) is waiter:
+                del self._released[name]
+        return []
 
 
 def _leaving(facts: NodeFacts, policy: str) -> bool:

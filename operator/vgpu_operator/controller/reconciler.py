@@ -1,8 +1,9 @@
 """The write side of the controller: one task that plans with the core and closes the difference.
 
-Two informers (`controller.informer`) keep Nodes and policies in memory. Their callbacks only
-*request* work: a policy change asks for a full pass, a node change for that node. The reconciler
-batches requests, takes a snapshot of the informers, calls the pure core (`plan_cluster`,
+The node informer (`controller.informer`) and Kopf's policy index (`controller.policies`) keep
+Nodes and policies in memory. Their callbacks and Kopf's policy handlers only *request* work: a
+policy change asks for a full pass, a node change for that node. The reconciler batches
+requests, takes a snapshot of both, calls the pure core (`plan_cluster`,
 `compute_status`) and writes: one merge PATCH per node that differs (none when it already
 matches), a status PATCH per policy whose status changed, one Event per policy that changed
 nodes. Being the only writer in the process, it needs no per-node locks; a 409 (someone else
@@ -106,6 +107,8 @@ class Reconciler(NodeWrites, PolicyWrites):
     _written_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     _reported: set[tuple[str, str]] = field(default_factory=set)
     _refused_posted: set[tuple[str, str]] = field(default_factory=set)  # (policy, refusal)
+    _released: dict[str, asyncio.Event] = field(default_factory=dict)
+    still_held: dict[str, list[str]] = field(default_factory=dict)
     _last_status: float = 0.0
     _status_scheduled: bool = False
     # Nodes whose writes the apiserver refused (anything but 404/409): not written again before
@@ -192,7 +195,7 @@ class Reconciler(NodeWrites, PolicyWrites):
 
     async def reconcile(self, *, full: bool, only: set[str]) -> None:
         """One pass. A node-triggered pass plans only the requested nodes (selection is per
-        node, so a subset plans exactly as the whole would); status, Events and finalizers need
+        node, so a subset plans exactly as the whole would); status, Events and releases need
         the whole picture and are computed after writes, on full passes, and otherwise at most
         every `status_interval` seconds."""
         start = time.monotonic()
@@ -229,7 +232,7 @@ class Reconciler(NodeWrites, PolicyWrites):
             if self.observer is not None:
                 self.observer.nodes(cluster, nodes)
             await self._write_statuses(cluster, nodes, policies)
-            await self._release_finalizers(cluster, nodes, policies)
+            self._report_releases(nodes, policies)
             export_gauges(cluster, nodes, policies)
         elif not self._status_scheduled:
             self._status_scheduled = True

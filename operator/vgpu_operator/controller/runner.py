@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import kopf
 
 from vgpu_operator.controller.app import Controller, Settings
-from vgpu_operator.controller.handlers import Runtime, build_registry, configure_settings
+from vgpu_operator.controller.handlers import build_registry, configure_settings
 from vgpu_operator.controller.leader import LEADER, LeaderElectionConfig
 from vgpu_operator.controller.reconciler import ReconcilerOptions
+from vgpu_operator.controller.runtime import Runtime
 from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig

@@ -18,7 +18,6 @@ from prometheus_client import REGISTRY
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import leader_core as core
 from vgpu_operator.controller.app import Settings
-from vgpu_operator.controller.handlers import Runtime
 from vgpu_operator.controller.leader import (
     LEADER,
     LeaderElectionConfig,
@@ -28,6 +27,7 @@ from vgpu_operator.controller.leader import (
 )
 from vgpu_operator.controller.leader_core import Action, Observation, Record
 from vgpu_operator.controller.runner import run_operator
+from vgpu_operator.controller.runtime import Runtime
 
 WALL = "2026-01-02T03:04:05.000006Z"
 LATER = "2026-01-02T03:04:20.000000Z"

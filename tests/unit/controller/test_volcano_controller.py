@@ -11,13 +11,9 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
-import kopf
-import pytest
-
 from tests.kit.volcano_fixtures import T_CHANGED, T_CREATED, T_STARTED, edit, healthy
 from vgpu_operator import contract
 from vgpu_operator.controller.app import Controller, Settings
-from vgpu_operator.controller.handlers import Runtime, build_registry, check_registry
 from vgpu_operator.controller.node_writes import _written
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.core.findings import CONDITION
@@ -161,7 +157,7 @@ def test_policy_condition_before_and_after_the_first_check() -> None:
     assert state.policy_conditions("p", frozenset()) == {}  # nothing known, nothing stored
 
     stored = {"conditions": [{"type": CONDITION, "status": "False", "reason": "R", "message": "m"}]}
-    state.policies.items["p"] = SimpleNamespace(status=stored)  # type: ignore[assignment]
+    state.policies.index = {"p": [SimpleNamespace(status=stored)]}  # as Kopf's index holds it
     # before the first check the policy keeps what it has: no status write for the wait
     assert state.policy_conditions("p", frozenset()) == {CONDITION: ("False", "R", "m")}
     assert state.volcano is not None
@@ -234,19 +230,6 @@ async def test_a_configuration_pass_waits_while_nodes_are_being_written() -> Non
 async def test_a_configuration_pass_waits_no_longer_than_max_defer() -> None:
     began = await _passes_while(busy_for=5, max_defer=0.3)
     assert len(began) == 1 and 0.3 <= began[0] < 1.0
-
-
-def test_change_detecting_handlers_are_refused_with_the_empty_diff_base() -> None:
-    """NoDiffBase keeps no essence: a change-detecting handler would never see a change."""
-    registry = build_registry(Runtime(Settings(credentials=Credentials())))
-    assert not registry._changing.get_all_handlers()
-
-    @kopf.on.update("nodes", registry=registry)
-    def never(**_: Any) -> None:  # pragma: no cover - only registered
-        return None
-
-    with pytest.raises(RuntimeError, match="diff-base"):
-        check_registry(registry)
 
 
 def test_facts_after_a_metadata_only_write_take_the_patch_taints_or_keep_them() -> None:
