@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,6 +28,15 @@ from vgpu_operator.kubeapi.credentials import Credentials
 pytestmark = pytest.mark.cluster
 
 WRITES = {"create", "patch", "update", "delete"}
+STARTED: dict[int, str] = {}  # audit offset -> when it was taken (RFC 3339, as the log has it)
+
+
+def audit_offset(local: LocalCluster) -> int:
+    """The audit log's end now, remembered with the time: the apiserver writes its log in
+    batches, so events of an earlier test may still come after this offset."""
+    offset = local.audit_offset()
+    STARTED[offset] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return offset
 
 
 def writes(local: LocalCluster, offset: int) -> list[tuple[str, str, str]]:
@@ -34,6 +44,8 @@ def writes(local: LocalCluster, offset: int) -> list[tuple[str, str, str]]:
     `offset`, the Lease left out (it renews on its own clock)."""
     out = []
     for e in local.audit_events(user=OPERATOR_USER, offset=offset):
+        if e.get("requestReceivedTimestamp", "") < STARTED.get(offset, ""):
+            continue  # an earlier test's, flushed to the log after the offset was taken
         ref = e.get("objectRef") or {}
         resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
         if e["verb"] in WRITES and e["responseStatus"]["code"] < 300 and resource != "leases":
@@ -114,7 +126,7 @@ async def test_create_update_delete_and_resume_write_each_idle_node_once(
     operator = operator_factory()
 
     # create: one PATCH per node carries the policy's labels and taints
-    offset = local.audit_offset()
+    offset = audit_offset(local)
     await create(api, name, hami_policy(pool, onDelete="Delete"))
     await wait_nodes(api, nodes, configured_by(name))
     await eventually(settled(local, offset), timeout=20, interval=1.0)
@@ -125,7 +137,7 @@ async def test_create_update_delete_and_resume_write_each_idle_node_once(
     assert contract.FINALIZER in policy["metadata"]["finalizers"]  # Kopf's, under our name
 
     # update: a label added, one PATCH per node
-    offset = local.audit_offset()
+    offset = audit_offset(local)
     await patch_spec(api, name, {"nodeLabels": {"team/pool": "a"}})
     await wait_nodes(api, nodes, lambda o: labels(o).get("team/pool") == "a")
     await eventually(settled(local, offset), timeout=20, interval=1.0)
@@ -136,7 +148,7 @@ async def test_create_update_delete_and_resume_write_each_idle_node_once(
     # resume: changed while the operator was down, picked up when it starts again
     operator.stop()
     await patch_spec(api, name, {"nodeLabels": {"team/pool": "b"}})
-    offset = local.audit_offset()
+    offset = audit_offset(local)
     operator = operator_factory()
     await wait_nodes(api, nodes, lambda o: labels(o).get("team/pool") == "b")
     await eventually(settled(local, offset), timeout=20, interval=1.0)
@@ -145,7 +157,7 @@ async def test_create_update_delete_and_resume_write_each_idle_node_once(
     assert others(found, name) == [], found
 
     # delete (onDelete: Delete): one PATCH per node takes everything off; then the policy goes
-    offset = local.audit_offset()
+    offset = audit_offset(local)
     await request(api, "DELETE", policy_path(name), field_manager=None)
     await wait_nodes(api, nodes, clean)
     await eventually(lambda: gone(api, name), timeout=30)
@@ -165,13 +177,13 @@ async def test_delete_with_retain_leaves_the_nodes_and_releases_the_policy(
     name = unique("keep")
     nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool})
     operator_factory()
-    offset = local.audit_offset()
+    offset = audit_offset(local)
     await create(api, name, hami_policy(pool, onDelete="Retain"))
     await wait_nodes(api, nodes, configured_by(name))
     await eventually(settled(local, offset), timeout=20, interval=1.0)
     before = {n: await node(api, n) for n in nodes}
 
-    offset = local.audit_offset()
+    offset = audit_offset(local)
     await request(api, "DELETE", policy_path(name), field_manager=None)
     await eventually(lambda: gone(api, name), timeout=30)
     found = writes(local, offset)

@@ -1,0 +1,240 @@
+"""Ownership from what the node records, against the real apiserver with the operator under its
+ServiceAccount (the pure decisions: tests/unit/core/nodes/test_ownership_records.py and
+test_node_adoption.py). Each case: nothing the user wrote is lost, and the audit log shows the
+one node write the case needs and no other write but Events and the policy's own.
+
+- `onDelete: Retain` holds when the policy's finalizer was stripped and the policy deleted
+  while the operator was down: the node's own record says Retain;
+- a label the user had, taken over with `adoptExisting` and then changed by the policy, is put
+  back on release;
+- a record written by an earlier release that lists keys this version may no longer own
+  (one the operator now reserves, one of Kubernetes' own) is released cleanly: the node is not
+  frozen, Kubernetes' key stays, an Event names the node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from tests.cluster.helpers import (
+    ClusterUnderTest,
+    NodeFactory,
+    event_reasons,
+    eventually,
+    patch_spec,
+    unique,
+)
+from tests.cluster.poolkit import (
+    VGPU_LABEL,
+    VGPU_TAINT,
+    configured_by,
+    hami_policy,
+    labels,
+    node,
+    taints,
+    wait_nodes,
+)
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import OPERATOR_USER
+from vgpu_operator import contract
+from vgpu_operator.controller.reconciler import ReconcilerOptions
+from vgpu_operator.controller.runner import OperatorThread
+from vgpu_operator.kubeapi import MERGE_PATCH, NotFound, node_path, policy_path, request
+from vgpu_operator.kubeapi.credentials import Credentials
+
+pytestmark = pytest.mark.cluster
+
+WRITES = {"create", "patch", "update", "delete"}
+STARTED: dict[int, str] = {}  # audit offset -> when it was taken (RFC 3339, as the log has it)
+
+
+def audit_offset(local: LocalCluster) -> int:
+    """The audit log's end now, remembered with the time: the apiserver writes its log in
+    batches, so events of an earlier test may still come after this offset."""
+    offset = local.audit_offset()
+    STARTED[offset] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return offset
+
+
+def writes(local: LocalCluster, offset: int) -> list[tuple[str, str, str]]:
+    """(verb, resource[/subresource], name) of the operator's accepted writes since `offset`,
+    its Lease left out."""
+    out = []
+    for e in local.audit_events(user=OPERATOR_USER, offset=offset):
+        if e.get("requestReceivedTimestamp", "") < STARTED.get(offset, ""):
+            continue  # an earlier test's, flushed to the log after the offset was taken
+        ref = e.get("objectRef") or {}
+        resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
+        if e["verb"] in WRITES and e["responseStatus"]["code"] < 300 and resource != "leases":
+            out.append((e["verb"], resource, str(ref.get("name", ""))))
+    return out
+
+
+def node_writes(found: list[tuple[str, str, str]]) -> Counter[str]:
+    return Counter(name for _, resource, name in found if resource == "nodes")
+
+
+def unneeded(found: list[tuple[str, str, str]], policy: str | None) -> list[tuple[str, str, str]]:
+    """Writes to anything but nodes, Events and the policy itself."""
+    own = ("vgpunodepolicies", "vgpunodepolicies/status")
+    return [
+        w for w in found if w[1] not in ("nodes", "events") and not (w[1] in own and w[2] == policy)
+    ]
+
+
+def quiet(local: LocalCluster, offset: int) -> Any:
+    """True once no operator write came since the last look."""
+    seen = [-1]
+
+    async def check() -> bool:
+        count = len(writes(local, offset))
+        done = count == seen[0]
+        seen[0] = count
+        return done
+
+    return check
+
+
+async def create(api: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
+    body = {
+        "apiVersion": contract.API_VERSION,
+        "kind": contract.POLICY_KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    await request(api, "POST", policy_path(), body=body, field_manager=None)
+
+
+async def gone(api: client.ApiClient, name: str) -> bool:
+    try:
+        await request(api, "GET", policy_path(name))
+    except NotFound:
+        return True
+    return False
+
+
+@pytest.fixture
+def start_operator(installed: Credentials) -> Iterator[Any]:
+    started: list[OperatorThread] = []
+
+    def start() -> OperatorThread:
+        running = OperatorThread(installed, options=ReconcilerOptions(resync_seconds=3600))
+        started.append(running.start())
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+async def test_retain_holds_when_the_finalizer_was_stripped(
+    cluster: ClusterUnderTest, api: client.ApiClient, make_nodes: NodeFactory, start_operator: Any
+) -> None:
+    local = cluster.require_audit()
+    pool, name = unique("retain"), unique("retain")
+    nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"})
+    operator = start_operator()
+    await create(api, name, hami_policy(pool, onDelete="Retain"))
+    await wait_nodes(api, nodes, configured_by(name))
+    operator.stop()
+
+    # while the operator is down: the finalizer stripped by hand, the policy deleted (gone)
+    strip = {"metadata": {"finalizers": None}}
+    await request(api, "PATCH", policy_path(name), body=strip, content_type=MERGE_PATCH)
+    await request(api, "DELETE", policy_path(name), field_manager=None)
+    await eventually(lambda: gone(api, name), timeout=20)
+
+    offset = audit_offset(local)
+    start_operator()
+    await eventually(lambda: all_unowned(api, nodes), timeout=30)
+    await eventually(quiet(local, offset), timeout=30, interval=1.0)
+    for n in nodes:
+        obj = await node(api, n)
+        assert VGPU_TAINT in taints(obj) and labels(obj).get(VGPU_LABEL) == "true", obj
+        assert labels(obj)["team"] == "ml"
+    found = writes(local, offset)
+    # the one write Retain needs: the policy's label and ownership record go (the node is no
+    # policy's, and will not be cleaned), the configuration stays
+    assert node_writes(found) == dict.fromkeys(nodes, 1), found
+    assert unneeded(found, None) == [], found
+
+
+async def all_unowned(api: client.ApiClient, nodes: list[str]) -> bool:
+    for n in nodes:
+        obj = await node(api, n)
+        if contract.LABEL_POLICY in labels(obj):
+            return False
+    return True
+
+
+async def test_a_users_label_taken_over_comes_back_on_release(
+    cluster: ClusterUnderTest, api: client.ApiClient, make_nodes: NodeFactory, start_operator: Any
+) -> None:
+    local = cluster.require_audit()
+    pool, name = unique("adopt"), unique("adopt")
+    nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"})
+    start_operator()
+    offset = audit_offset(local)
+    await create(api, name, hami_policy(pool, adoptExisting=True, nodeLabels={"team": "ml"}))
+    # (nodeLabels replace the mode's default labels: the policy's own label says it is done)
+    await wait_nodes(api, nodes, lambda o: labels(o).get(contract.LABEL_POLICY) == name)
+    await patch_spec(api, name, {"nodeLabels": {"team": "ai"}})
+    await wait_nodes(api, nodes, lambda o: labels(o).get("team") == "ai")
+    await request(api, "DELETE", policy_path(name), field_manager=None)
+    await eventually(lambda: gone(api, name), timeout=30)
+    await eventually(quiet(local, offset), timeout=30, interval=1.0)
+    for n in nodes:
+        obj = await node(api, n)
+        assert labels(obj)["team"] == "ml", labels(obj)  # the user's value, put back
+        assert contract.ANN_OWNED not in (obj["metadata"].get("annotations") or {})
+    found = writes(local, offset)
+    # configure, change, release: one write each per node
+    assert node_writes(found) == dict.fromkeys(nodes, 3), found
+    assert unneeded(found, name) == [], found
+
+
+async def test_a_record_naming_keys_no_longer_owned_is_released_cleanly(
+    cluster: ClusterUnderTest, api: client.ApiClient, make_nodes: NodeFactory, start_operator: Any
+) -> None:
+    """An earlier release recorded `vgpu.volcano.sh/pool` (a key this version reserves) and
+    `node-role.kubernetes.io/gpu` (Kubernetes' own); its policy is gone."""
+    local = cluster.require_audit()
+    record = {
+        "labels": {"vgpu.volcano.sh/pool": "a", "node-role.kubernetes.io/gpu": "true"},
+        "taints": [VGPU_TAINT],
+        "replaced": {},
+    }
+    old_labels = {
+        "vgpu.volcano.sh/pool": "a",
+        "node-role.kubernetes.io/gpu": "true",
+        contract.LABEL_POLICY: unique("old"),
+        contract.LABEL_MODE: "hami-core",
+    }
+    [n] = await make_nodes("A100-SXM4-80GB", 1, labels=old_labels, taints=[VGPU_TAINT])
+    body = {"metadata": {"annotations": {contract.ANN_OWNED: json.dumps(record)}}}
+    await request(api, "PATCH", node_path(n), body=body, content_type=MERGE_PATCH)
+    offset = audit_offset(local)
+    start_operator()
+
+    async def released() -> bool:
+        obj = await node(api, n)
+        return contract.ANN_OWNED not in (obj["metadata"].get("annotations") or {})
+
+    await eventually(released, timeout=30)
+    await eventually(quiet(local, offset), timeout=30, interval=1.0)
+    obj = await node(api, n)
+    assert VGPU_TAINT not in taints(obj)  # not frozen: what it still owns is released
+    assert "vgpu.volcano.sh/pool" not in labels(obj)
+    assert labels(obj)["node-role.kubernetes.io/gpu"] == "true"  # Kubernetes' own, left
+    reasons = await event_reasons(api, "default", f"involvedObject.name={n}")
+    assert reasons["OwnedEntriesDisowned"] >= 1, reasons
+    found = writes(local, offset)
+    assert node_writes(found) == {n: 1}, found
+    assert unneeded(found, None) == [], found
