@@ -1,7 +1,8 @@
 """`vgpu-operator plan` against the real apiserver, as a subprocess: a policy not applied yet
 (`-f`, exit 1, its nodes enter), the same policy once the operator has applied it (`plan NAME`,
 exit 0), a mode change of that pool while GPU pods run on it (exit 1: every node disruptive,
-the pods named, the rollout order by maxUnavailable), and bad input (exit 2: usage, as
+the pods named, the rollout order by maxUnavailable; the same plan offline, over what
+`doctor --save-snapshot` read), and bad input (exit 2: usage, as
 commands/exitcodes.py's table says). It only reads: the audit log has no write of its user in
 the meantime."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,20 +32,22 @@ from vgpu_operator.controller.runner import OperatorThread
 pytestmark = pytest.mark.cluster
 
 
-async def plan(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+async def cli(*args: str) -> tuple[int, str, str]:
+    """`vgpu-operator ARGS` as a subprocess."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "vgpu_operator.commands.cli",
-        "plan",
-        "--kubeconfig",
-        str(kubeconfig),
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
     return int(proc.returncode or 0), out.decode(), err.decode()
+
+
+async def plan(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+    return await cli("plan", "--kubeconfig", str(kubeconfig), *args)
 
 
 def policy_file(tmp_path: Path, name: str, spec: dict[str, Any]) -> Path:
@@ -75,6 +79,15 @@ def gpu_pod(namespace: str, name: str, node: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+# The time of a plan, in the rollout's records of the nodes it takes (`since`, `started`).
+PLAN_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+def at_any_time(data: Any) -> Any:
+    """`data` with every time to the microsecond (a plan's "now") masked."""
+    return json.loads(PLAN_TIME.sub("<now>", json.dumps(data)))
 
 
 def writes_by_admin(cluster: ClusterUnderTest, offset: int) -> list[dict[str, Any]]:
@@ -160,6 +173,21 @@ async def test_plan_a_new_policy_then_a_mode_change_with_gpu_pods(
     patch = by_node[nodes[0]]["patch"]
     assert patch["metadata"]["labels"][contract.LABEL_MODE] == "mig"
     assert patch["metadata"]["resourceVersion"]
+
+    # the same plan offline, over what `doctor --save-snapshot` read: no kubeconfig
+    saved = tmp_path / "cluster.json"
+    code, _, err = await cli(
+        "doctor", "--kubeconfig", str(kubeconfig), "--save-snapshot", str(saved)
+    )
+    assert code in (0, 1) and f"saved the snapshot to {saved}" in err, err
+    changed_file = str(policy_file(tmp_path, name, changed))
+    code, out, err = await cli("plan", "--snapshot", str(saved), "-f", changed_file, "-o", "json")
+    assert code == 1, out + err
+    # planned at the time the snapshot was read: the rollout's stamps are that time, and all
+    # else is the online plan's
+    read_at = json.loads(saved.read_text())["readAt"]
+    assert read_at in out, out
+    assert at_any_time(json.loads(out)) == at_any_time(result)
     assert writes_by_admin(cluster, offset) == []
     # still as it was: plan wrote nothing
     node = await kubeapi.request(api, "GET", kubeapi.node_path(nodes[0]))

@@ -6,9 +6,17 @@ The operator configuration (resource names, where each component lives) is the b
 unless `--config` names the file the operator runs with. Names given as `auto` there are
 resolved from the cluster as the operator resolves them at start, and printed with why;
 `--discover` resolves every name that way (a cluster set up by hand, e.g. in volcano-system).
-`--list-rules` lists every rule and what it checks, without a cluster. Exit code: 0 when nothing
-is wrong (notes only), 1 when a rule found an error or a warning, 2 on a bad option or an invalid
-configuration file, 3 when the cluster or a file cannot be reached or read (the table below).
+`--list-rules` lists every rule and what it checks, without a cluster.
+
+`--save-snapshot FILE` also writes what was read to FILE (JSON: the objects, every
+VGPUNodePolicy, the operator configuration they were read with, `auto` resolved, and when), for
+`vgpu-operator plan --snapshot FILE` to plan over without a cluster; for that it lists the
+VGPUNodePolicies too (a cluster without their CRD is saved with none). No Secret is read or
+saved.
+
+Exit code: 0 when nothing is wrong (notes only), 1 when a rule found an error or a warning, 2 on
+a bad option or an invalid configuration file, 3 when the cluster or a file cannot be reached,
+read or (the snapshot) written (the table below).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 
 from vgpu_operator import kubeapi
 from vgpu_operator.commands import exitcodes
+from vgpu_operator.commands.snapshot_file import ClusterRead, SnapshotFileError, read_cluster, save
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 from vgpu_operator.models.config_refs import AUTO
@@ -55,6 +64,11 @@ def add_subcommand(sub: Any) -> None:
     )
     parser.add_argument(
         "--list-rules", action="store_true", help="list every rule and what it checks, and exit"
+    )
+    parser.add_argument(
+        "--save-snapshot",
+        metavar="FILE",
+        help="also write what was read to FILE, for `plan --snapshot FILE` (offline)",
     )
     parser.set_defaults(func=cmd_doctor)
 
@@ -143,6 +157,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from vgpu_operator.core.report import exit_code, format_json, format_table, to_json_data
     from vgpu_operator.core.rules import RULES
 
+    if args.list_rules and args.save_snapshot:
+        print(
+            "vgpu-operator doctor: --list-rules reads no cluster: nothing to save", file=sys.stderr
+        )
+        return EXIT_USAGE
     if args.list_rules:
         rules = rule_list()
         print(
@@ -168,8 +187,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.save_snapshot and not Path(args.save_snapshot).resolve().parent.is_dir():
+        print(
+            f"vgpu-operator doctor: cannot write snapshot {args.save_snapshot}: its directory "
+            "does not exist",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
     try:
-        discovery, results = asyncio.run(_check(args.kubeconfig, args.context, config, args.rule))
+        discovery, results = asyncio.run(
+            check(args.kubeconfig, args.context, config, args.rule, args.save_snapshot)
+        )
+    except SnapshotFileError as exc:
+        print(f"vgpu-operator doctor: {exc}", file=sys.stderr)
+        return exc.code
     except ConfigError as exc:
         print(
             f"vgpu-operator doctor: what was discovered is not a valid configuration:\n{exc}",
@@ -182,7 +213,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except kubeapi.ApiError as exc:
         print(
             f"vgpu-operator doctor: the apiserver refused a read ({exc}); the credentials need "
-            "get/list on configmaps, deployments, daemonsets, nodes and pods",
+            "get/list on configmaps, deployments, daemonsets, nodes and pods"
+            + (" (and vgpunodepolicies, for --save-snapshot)" if args.save_snapshot else ""),
             file=sys.stderr,
         )
         return EXIT_CANNOT_RUN
@@ -200,9 +232,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return exit_code(results)
 
 
-async def _check(
-    kubeconfig: str | None, context: str | None, config: OperatorConfig, only: list[str] | None
+async def check(
+    kubeconfig: str | None,
+    context: str | None,
+    config: OperatorConfig,
+    only: list[str] | None,
+    save_to: str | None = None,
 ) -> Any:
+    """(discovery, rule results) of the cluster; with `save_to`, what was read is saved there
+    first (raises SnapshotFileError when it cannot be)."""
     from vgpu_operator.controller.discovery import read_and_discover
     from vgpu_operator.controller.rules_worker import run_rules
     from vgpu_operator.controller.snapshot import read_snapshot
@@ -211,10 +249,34 @@ async def _check(
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-doctor")
     async with api:
         discovery = await read_and_discover(api, config)  # reads nothing without an `auto`
-        snapshot = await read_snapshot(api, discovery.config)
+        if save_to is None:
+            snapshot = await read_snapshot(api, discovery.config)
+        else:  # what `plan` reads: the same snapshot, and the policies
+            read = await read_cluster(api, discovery.config, missing_crd_is_empty=True)
+            snapshot = read.snapshot
+            save_snapshot(save_to, read)  # before the rules run: a rule's failure loses nothing
     # In a worker process killed at a deadline, as the controller runs them: a rule that
     # stalls on what a ConfigMap holds is reported, and doctor still completes.
     return discovery, await run_rules(snapshot, only=only)
+
+
+def save_snapshot(path: str, read: ClusterRead) -> None:
+    """Write `read` to `path` and say so on stderr (stdout is the report's)."""
+    try:
+        save(path, read)
+    except OSError as exc:
+        raise SnapshotFileError(
+            f"cannot write snapshot {path}: {exc.strerror or exc}", EXIT_CANNOT_RUN
+        ) from None
+    for note in read.notes:
+        print(f"vgpu-operator doctor: note: {note}", file=sys.stderr)
+    s = read.snapshot
+    print(
+        f"vgpu-operator doctor: saved the snapshot to {path} ({len(s.nodes)} nodes, "
+        f"{len(s.pods)} pods, {len(read.policies)} policies); plan over it with "
+        f"`vgpu-operator plan --snapshot {path} -f POLICY_FILE`",
+        file=sys.stderr,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,14 +2,26 @@
 
     vgpu-operator plan -f policy.yaml     # a policy not applied yet (or a change to a live one)
     vgpu-operator plan NAME               # a live policy: what the operator would do now
+    vgpu-operator plan --snapshot FILE -f policy.yaml   # the same, offline
 
 Shows which nodes enter or leave a pool, which changes are disruptive (a mode or MIG layout
 change, with the GPU pods running there) and in what order the rollout takes them, the
 ConfigMap diffs, the DaemonSet patches and restarts, and the findings that would appear or go.
-Read-only (GETs and LISTs only, as `doctor`); it needs a kubeconfig that may read
-VGPUNodePolicies, ConfigMaps, Deployments, DaemonSets, Nodes and Pods. Exit code: 0 when nothing
-would change, 1 when something would, 2 on a bad option or input file (invalid YAML, policy or
-configuration), 3 when the cluster or a file cannot be reached or read.
+
+What it reads from the cluster (GETs and LISTs only, as `doctor`): every VGPUNodePolicy, Node,
+DaemonSet and running Pod, the ResourceClaims' drivers (where it may list them), the scheduler
+Deployment and the ConfigMaps the operator configuration names; its kubeconfig must allow that.
+Names given as `auto` in the configuration are resolved from the cluster first, as `doctor`
+resolves them.
+
+--snapshot FILE reads no cluster and needs no kubeconfig: it plans over what `vgpu-operator
+doctor --save-snapshot FILE` read, as of the time it read it, with the operator configuration
+recorded there; --config FILE, when given, wins over the recorded one. Its output is the one
+the command would have printed against that cluster at that time.
+
+Exit code: 0 when nothing would change, 1 when something would, 2 on a bad option or input file
+(invalid YAML, policy, configuration or snapshot), 3 when the cluster or a file cannot be
+reached or read.
 """
 
 from __future__ import annotations
@@ -18,20 +30,24 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.commands import snapshot_file
+from vgpu_operator.commands.plan_output import format_text, to_json
+from vgpu_operator.commands.snapshot_file import ClusterRead, read_cluster
 from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
 from vgpu_operator.core.plan import Plan, plan, proposed
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 
 EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_USAGE, EXIT_CANNOT = 0, 1, 2, 3  # commands/exitcodes.py
+# The output (`to_json`, `format_text`) is plan_output's, exported here with the command.
+__all__ = ["PlanError", "compute", "format_text", "plan_over", "planned_policies", "to_json"]
 
 
 class PlanError(Exception):
@@ -49,7 +65,15 @@ def add_subcommand(sub: Any) -> None:
     parser.add_argument("-f", "--filename", metavar="FILE", help="policy YAML to plan ('-': stdin)")
     add_connection_arguments(parser)
     parser.add_argument(
-        "--config", metavar="FILE", help="operator configuration file (default: built-in)"
+        "--config",
+        metavar="FILE",
+        help="operator configuration file (default: built-in; with --snapshot: the one the "
+        "snapshot recorded, and this file wins when given)",
+    )
+    parser.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="plan offline over a snapshot saved by `doctor --save-snapshot FILE` (no cluster)",
     )
     parser.add_argument(
         "-o",
@@ -104,182 +128,19 @@ def planned_policies(
     return [parse_policy(p) for p in by_name.values()], names
 
 
-# --- output ----------------------------------------------------------------------------------
-
-
-def _owner(name: str | None) -> str:
-    return name or "(none)"
-
-
-def _stamp(t: datetime | None) -> str | None:
-    return None if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _write(verb: str, kind: str, namespace: str, name: str, body: Any, due: Any) -> dict[str, Any]:
-    return {
-        "verb": verb,
-        "kind": kind,
-        "namespace": namespace,
-        "name": name,
-        "body": body,
-        "due": _stamp(due),
-    }
-
-
-def writes_json(p: Plan) -> list[dict[str, Any]]:
-    """Every write in the order the operator sends it: the node PATCHes, then the write plan of
-    the configuration pass (ConfigMaps, DaemonSet PATCHes, restarts), each with its exact body
-    and, for one that waits, when it falls due (`due`: null, it goes now)."""
-    out = [_write("PATCH", "Node", "", n.node, n.patch, None) for n in p.nodes if n.patch]
-    out += [_write(c.verb, c.kind, c.namespace, c.name, c.body, None) for c in p.configmaps]
-    out += [_write(w.verb, w.kind, w.namespace, w.name, w.body, w.due) for w in p.workloads]
-    for r in p.restarts:
-        out.append(
-            _write(r.verb, r.kind, r.namespace, r.name, r.body, r.due) | {"reason": r.reason}
-        )
-        out += [_write("DELETE", "Pod", r.namespace, pod, None, r.due) for pod in r.pods]
-    return out
-
-
-def format_text(p: Plan, names: list[str]) -> str:
-    out = [f"Plan for {', '.join(names)}:"]
-    if not p.changes and not any(n.problems for n in p.nodes):
-        out.append("  nothing would change.")
-    entering = [n for n in p.nodes if n.enters and n.patch is not None]
-    leaving = [n for n in p.nodes if n.leaves and n.patch is not None]
-    if entering or leaving:
-        out.append("\nNodes entering or leaving a pool:")
-        out += [f"  + {n.node} -> {n.new_owner} ({n.new_mode})" for n in entering]
-        out += [f"  - {n.node} <- {n.old_owner} (to {_owner(n.new_owner)})" for n in leaving]
-    updated = [n for n in p.nodes if n.patch is not None]
-    if updated:
-        out.append("\nNode writes (one merge PATCH each):")
-        for n in updated:
-            line = f"  {n.node}: {n.action} {_owner(n.old_owner)}/{n.old_mode or '-'} -> "
-            line += f"{_owner(n.new_owner)}/{n.new_mode or '-'}"
-            if n.disruptive:
-                line += f"  DISRUPTIVE: {n.disruptive}"
-                line += f"; {len(n.gpu_pods)} GPU pod(s) running"
-                line += f": {', '.join(n.gpu_pods)}" if n.gpu_pods else ""
-            elif n.change == "restart":
-                line += "  (its device plugin pod restarts)"
-            out.append(line)
-            if n.step:
-                out.append(f"    rollout: {n.step}")
-    held = [n for n in p.nodes if n.patch is None and n.step]
-    if held:
-        out.append("\nNodes the rollout holds back:")
-        out += [f"  {n.node}: {n.step}" for n in held]
-    blocked = [n for n in p.nodes if n.problems]
-    if blocked:
-        out.append("\nNodes not written:")
-        for n in blocked:
-            out.append(f"  {n.node} ({n.action}):")
-            out += [f"    {problem}" for problem in n.problems]
-    if p.rollout:
-        out.append("\nRollout order (maxUnavailable at a time):")
-        for i, wave in enumerate(p.rollout, start=1):
-            when = "now" if wave.now else (f"halted: {wave.halted}" if wave.halted else "then")
-            out.append(f"  {i}. {wave.policy}: {', '.join(wave.nodes)} ({when})")
-    for cm in p.configmaps:
-        verb = "create" if cm.create else "change"
-        entries = f" (entries: {', '.join(cm.entries)})" if cm.entries else ""
-        out.append(f"\nConfigMap {cm.namespace}/{cm.name}: {verb}{entries}")
-        out += ["  " + line for line in cm.diff.splitlines()]
-    for w in p.workloads:
-        when = f", due {_stamp(w.due)}: it waits for the restart limits" if w.due else ""
-        out.append(f"\n{w.kind} {w.namespace}/{w.name}: PATCH (restarts its pods{when})")
-        out += [f"  {what}" for what in w.what]
-        out.append("  " + json.dumps(w.body, separators=(",", ":"), sort_keys=True))
-    if p.restarts:
-        out.append("\nRestarts:")
-        for r in p.restarts:
-            when = f" (due {_stamp(r.due)})" if r.due else ""
-            on = f" (the device plugin pod on {r.action.node})" if r.action.node else ""
-            out.append(f"  {r.kind} {r.namespace}/{r.name}{on}{when}: {r.reason}")
-    if p.appearing:
-        out.append("\nFindings that would appear:")
-        out += [f"  [{f.severity}] {f.id}: {f.message}" for f in p.appearing]
-    if p.resolved:
-        out.append("\nFindings that would go:")
-        out += [f"  [{f.severity}] {f.id}: {f.message}" for f in p.resolved]
-    if p.notes:
-        out.append("\nNotes:")
-        out += [f"  {note}" for note in p.notes]
-    return "\n".join(out) + "\n"
-
-
-def to_json(p: Plan, names: list[str]) -> dict[str, Any]:
-    return {
-        "policies": names,
-        "changes": p.changes,
-        "nodes": [
-            {
-                "node": n.node,
-                "action": n.action,
-                "from": {"policy": n.old_owner, "mode": n.old_mode},
-                "to": {"policy": n.new_owner, "mode": n.new_mode},
-                "enters": n.enters,
-                "leaves": n.leaves,
-                "change": n.change,
-                "disruptive": n.disruptive,
-                "gpuPods": list(n.gpu_pods),
-                "step": n.step,
-                "patch": n.patch,
-                "problems": list(n.problems),
-            }
-            for n in p.nodes
-        ],
-        "rollout": [
-            {"policy": w.policy, "nodes": list(w.nodes), "now": w.now, "halted": w.halted}
-            for w in p.rollout
-        ],
-        "configMaps": [
-            {
-                "namespace": c.namespace,
-                "name": c.name,
-                "create": c.create,
-                "entries": list(c.entries),
-                "diff": c.diff,
-            }
-            for c in p.configmaps
-        ],
-        "workloads": [
-            {
-                "kind": w.kind,
-                "namespace": w.namespace,
-                "name": w.name,
-                "what": list(w.what),
-                "body": w.body,
-                "due": _stamp(w.due),
-            }
-            for w in p.workloads
-        ],
-        "restarts": [
-            {
-                "kind": r.kind,
-                "namespace": r.namespace,
-                "name": r.name,
-                "reason": r.reason,
-                "node": r.action.node,  # a plugin pod's node (None: a rollout restart)
-                "due": _stamp(r.due),
-            }
-            for r in p.restarts
-        ],
-        "writes": writes_json(p),
-        "findings": {
-            "appearing": [f.model_dump(mode="json") for f in p.appearing],
-            "resolved": [f.model_dump(mode="json") for f in p.resolved],
-        },
-        "notes": list(p.notes),
-    }
-
-
 # --- the command -----------------------------------------------------------------------------
 
 
 def _read_file(path: str) -> str:
     return sys.stdin.read() if path == "-" else Path(path).read_text()
+
+
+def plan_over(
+    read: ClusterRead, name: str | None, docs: list[dict[str, Any]], now: datetime
+) -> tuple[Plan, list[str]]:
+    """The plan of one read of the cluster (online or from a snapshot file) at `now`."""
+    policies, names = planned_policies(read.policies, name, docs)
+    return plan(read.snapshot, policies, now), names
 
 
 async def compute(
@@ -291,20 +152,26 @@ async def compute(
     now: datetime | None = None,
 ) -> tuple[Plan, list[str]]:
     """Read the cluster as `doctor` does, and plan."""
-    from vgpu_operator.controller.snapshot import read_snapshot
+    from vgpu_operator.controller.discovery import read_and_discover
     from vgpu_operator.kubeapi.credentials import resolve
 
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-plan")
     async with api:
-        snapshot, listing = await asyncio.gather(
-            read_snapshot(api, config), kubeapi.request(api, "GET", kubeapi.policy_path())
-        )
-    live = [dict(p) for p in listing.get("items") or [] if isinstance(p, Mapping)]
-    policies, names = planned_policies(live, name, docs)
+        discovery = await read_and_discover(api, config)  # reads nothing without an `auto`
+        read = await read_cluster(api, discovery.config)
     # The rules run in-process here: `doctor` bounds them in a worker; a plan is asked for by
     # a person, on the cluster they are about to change.
-    result = await asyncio.to_thread(plan, snapshot, policies, now or datetime.now(UTC))
-    return result, names
+    return await asyncio.to_thread(plan_over, read, name, docs, now or read.read_at)
+
+
+def _offline(
+    path: str, config: OperatorConfig | None, name: str | None, docs: list[dict[str, Any]]
+) -> tuple[Plan, list[str]]:
+    """Plan over a snapshot file, at the time it was read (what `compute` would have said)."""
+    read = snapshot_file.load(path, config)
+    for note in read.notes:
+        print(f"vgpu-operator plan: note: {note}", file=sys.stderr)
+    return plan_over(read, name, docs, read.read_at)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -314,17 +181,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if (args.name is None) == (args.filename is None):
         return fail("give a live policy's NAME or -f FILE (one of the two)")
+    if args.snapshot and (args.kubeconfig or args.context):
+        return fail("--snapshot reads no cluster: leave out --kubeconfig and --context")
     try:
-        config = load_config(Path(args.config).read_text()) if args.config else OperatorConfig()
+        config = load_config(Path(args.config).read_text()) if args.config else None
     except OSError as exc:
         return fail(f"cannot read {args.config}: {exc.strerror}", EXIT_CANNOT)
     except ConfigError as exc:
         return fail(f"invalid configuration {args.config}:\n{exc}")
+    if args.snapshot and config is not None and config.auto_fields():
+        return fail(
+            f"{args.config} has names to resolve from the cluster "
+            f"({', '.join(config.auto_fields())}), which a snapshot cannot: write them out, "
+            "or leave out --config to plan with the snapshot's configuration (resolved)"
+        )
     try:
         docs = policy_documents(_read_file(args.filename), args.filename) if args.filename else []
-        result, names = asyncio.run(compute(args.kubeconfig, args.context, config, args.name, docs))
+        if args.snapshot:
+            result, names = _offline(args.snapshot, config, args.name, docs)
+        else:
+            result, names = asyncio.run(
+                compute(args.kubeconfig, args.context, config or OperatorConfig(), args.name, docs)
+            )
+    except snapshot_file.SnapshotFileError as exc:
+        return fail(str(exc), exc.code)
     except PlanError as exc:
         return fail(str(exc))
+    except ConfigError as exc:
+        return fail(f"what was discovered is not a valid configuration:\n{exc}", EXIT_CANNOT)
     except OSError as exc:
         return fail(f"cannot read: {exc}", EXIT_CANNOT)
     except (CredentialsError, kubeapi.Unreachable) as exc:

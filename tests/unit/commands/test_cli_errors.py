@@ -27,6 +27,10 @@ current-context: c
 BAD_CONFIG = "onDelete: Delet\n"
 NOT_YAML = "a: [b\n"
 CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+CONFIGMAP_JSON = '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}\n'
+NEWER_SNAPSHOT = (
+    '{"kind": "VGPUClusterSnapshot", "formatVersion": 99, "writtenBy": "vgpu-operator 9"}'
+)
 
 
 @pytest.fixture
@@ -37,9 +41,12 @@ def files(tmp_path: Path) -> dict[str, str]:
         ("bad_config", BAD_CONFIG),
         ("not_yaml", NOT_YAML),
         ("configmap", CONFIGMAP),
+        ("configmap_json", CONFIGMAP_JSON),
+        ("newer_snapshot", NEWER_SNAPSHOT),
     ):
         (tmp_path / name).write_text(text)
         out[name] = str(tmp_path / name)
+    out["dir"] = str(tmp_path)
     return out
 
 
@@ -74,6 +81,19 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("run-kc", ["vgpu-operator", "run", "--kubeconfig", "/nope"], 3, "/nope"),
     ("agent-kc", ["vgpu-operator", "agent", "--node", "n1", "--kubeconfig", "/nope"], 3, "/nope"),
     ("get-kc", ["kubectl-vgpu", "get", "--kubeconfig", "/nope"], 3, "/nope"),
+    (
+        "plan-snapshot-missing",
+        ["vgpu-operator", "plan", "x", "--snapshot", "/nope.json"],
+        3,
+        "cannot read snapshot /nope.json: no such file; save one with `vgpu-operator doctor",
+    ),
+    ("plan-snapshot-dir", ["vgpu-operator", "plan", "x", "--snapshot", "{dir}"], 3, "{dir}"),
+    (
+        "doctor-save-nodir",
+        ["vgpu-operator", "doctor", "--save-snapshot", "/nope/s.json"],
+        3,
+        "cannot write snapshot /nope/s.json",
+    ),
     # an unreachable server
     ("doctor-down", ["vgpu-operator", "doctor", "--kubeconfig", "{kubeconfig}"], 3, "127.0.0.1:1"),
     (
@@ -117,7 +137,37 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "ConfigMap",
     ),
+    (
+        "plan-snapshot-not-json",
+        ["vgpu-operator", "plan", "x", "--snapshot", "{not_yaml}"],
+        2,
+        "{not_yaml} is not a cluster snapshot (not JSON",
+    ),
+    (
+        "plan-snapshot-other-kind",
+        ["vgpu-operator", "plan", "x", "--snapshot", "{configmap_json}"],
+        2,
+        "its kind is ConfigMap, not VGPUClusterSnapshot); save one with `vgpu-operator doctor",
+    ),
+    (
+        "plan-snapshot-newer",
+        ["vgpu-operator", "plan", "x", "--snapshot", "{newer_snapshot}"],
+        2,
+        "format version 99, written by vgpu-operator 9; this vgpu-operator",
+    ),
     # usage
+    (
+        "plan-snapshot-kc",
+        ["kubectl-vgpu", "plan", "x", "--snapshot", "{newer_snapshot}", "--context", "c"],
+        2,
+        "--snapshot reads no cluster",
+    ),
+    (
+        "doctor-save-list-rules",
+        ["vgpu-operator", "doctor", "--list-rules", "--save-snapshot", "{dir}/s.json"],
+        2,
+        "nothing to save",
+    ),
     ("plan-usage", ["vgpu-operator", "plan", "-o", "bogus", "x"], 2, "invalid choice"),
     ("no-command", ["vgpu-operator"], 2, ""),
     ("cleanup-ref", ["vgpu-operator", "cleanup", "--stop-controller", "x"], 2, "NAMESPACE/NAME"),
@@ -137,7 +187,7 @@ def test_error_matrix(
 ) -> None:
     got, err = _run([a.format(**files) for a in argv], capsys, monkeypatch)
     assert got == code, err
-    assert says in err, err
+    assert says.format(**files) in err, err
 
 
 def test_run_with_a_missing_kubeconfig_exits_at_once() -> None:
