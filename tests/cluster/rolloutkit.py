@@ -48,11 +48,16 @@ async def gpu_pod(
     *,
     labels: dict[str, str] | None = None,
     complete_after: str | None = None,
+    limits: Mapping[str, str] | None = None,
+    held: bool = False,
 ) -> str:
-    """A pod holding a GPU, bound to `node` (what a scheduler would have done); kwok runs it."""
+    """A pod holding a GPU (`limits`, default one `nvidia.com/gpu`), bound to `node` (what a
+    scheduler would have done); kwok runs it. `held`: it carries the test's finalizer (`hold`)."""
     meta: dict[str, Any] = {"name": name, "labels": labels or {}}
     if complete_after is not None:
         meta["annotations"] = {DELAY_ANNOTATION: complete_after}
+    if held:
+        meta["finalizers"] = [HOLD_FINALIZER]
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -65,7 +70,7 @@ async def gpu_pod(
                 {
                     "name": "train",
                     "image": "registry.example/train:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "resources": {"limits": dict(limits or {"nvidia.com/gpu": "1"})},
                 }
             ],
         },
@@ -291,3 +296,145 @@ async def watching_nodes(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@dataclass
+class GateWatch:
+    """The rollout gate as the apiserver commits it, for the nodes `selector` lists and the pods
+    placed on them with the test's finalizer (`place`, `placed`). Every release must go through
+    the gate here.
+
+    Nodes come from a watch (every committed state, in order): `most` is the exact most nodes in
+    transition at once, and each release (the `vgpu.volcano.sh/config` annotation written with a
+    new configuration; its removal is no release) is checked on the very state that carries it:
+    the node cordoned with its transition record, and no pod placed on it that the test has not
+    let go. Such a pod was still on the node when the release was committed: its finalizer
+    keeps it until the test lets it go.
+
+    Placed pods come from a second watch. When one is deleted (the drain's eviction) the test
+    reads its node afresh, records a violation if the node was released meanwhile, and only
+    then lets the pod go, so that the drain can end."""
+
+    api: client.ApiClient
+    selector: str  # a label selector listing the nodes
+    namespace: str  # where the placed pods are
+    most: int = 0  # the most nodes in transition at once
+    now: int = 0
+    releases: dict[str, list[str]] = field(default_factory=dict)  # node -> configs released
+    violations: list[str] = field(default_factory=list)
+    evicted: set[str] = field(default_factory=set)  # placed pods the drain deleted
+    gone: set[str] = field(default_factory=set)  # placed pods that left the API
+    _placed: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # pod -> node, config
+    _let_go: set[str] = field(default_factory=set)
+    _config: dict[str, str | None] = field(default_factory=dict)  # node -> its config text
+    _busy: set[str] = field(default_factory=set)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def place(self, name: str, node: str, limits: Mapping[str, str], **options: Any) -> str:
+        """A held GPU pod (`gpu_pod`) bound to `node`; returns its key."""
+        key = await gpu_pod(
+            self.api, self.namespace, name, node, limits=limits, held=True, **options
+        )
+        await self.placed(key, node)
+        return key
+
+    async def placed(self, key: str, node: str) -> None:
+        """Follow the pod `key`, already on `node` and carrying the test's finalizer."""
+        self._placed[key] = (node, await self._config_text(node))
+
+    def placed_keys(self) -> set[str]:
+        return set(self._placed)
+
+    def moving(self) -> set[str]:
+        """The nodes in transition, as the watch has them now."""
+        return set(self._busy)
+
+    async def until(self, check: Callable[[], bool], timeout: float = 120.0) -> None:
+        """Until `check()` holds on the nodes' states as the watch has them."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not check():
+            self._changed.clear()
+            left = deadline - asyncio.get_running_loop().time()
+            assert left > 0, f"not within {timeout}s: {check}"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    async def _config_text(self, node: str) -> str | None:
+        obj = await request(self.api, "GET", node_path(node))
+        return (obj["metadata"].get("annotations") or {}).get(contract.ANN_CONFIG) or None
+
+    def _see_node(self, obj: Mapping[str, Any], deleted: bool) -> None:
+        name = obj["metadata"]["name"]
+        if not deleted and in_transition(obj):
+            self._busy.add(name)
+        else:
+            self._busy.discard(name)
+        self.now = len(self._busy)
+        self.most = max(self.most, self.now)
+        text = (obj["metadata"].get("annotations") or {}).get(contract.ANN_CONFIG) or None
+        if not deleted:
+            if name in self._config and text is not None and text != self._config[name]:
+                self._released(name, obj, text)
+            self._config[name] = text
+        self._changed.set()
+
+    def _released(self, node: str, obj: Mapping[str, Any], text: str) -> None:
+        self.releases.setdefault(node, []).append(text)
+        if not cordoned(dict(obj)) or rollout_of(dict(obj)) is None:
+            self.violations.append(f"{node}: released without its cordon and transition record")
+        for key, (on, _) in self._placed.items():
+            if on == node and key not in self._let_go:
+                self.violations.append(f"{node}: released while {key} was still on it")
+
+    def _see_pod(self, obj: Mapping[str, Any], deleted: bool) -> None:
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if key not in self._placed:
+            return
+        if deleted:
+            self.gone.add(key)
+        if meta.get("deletionTimestamp") and key not in self.evicted:
+            self.evicted.add(key)
+            task = asyncio.create_task(self._let_go_after_check(key))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _let_go_after_check(self, key: str) -> None:
+        node, before = self._placed[key]
+        try:
+            now = await self._config_text(node)
+            if now is not None and now != before:
+                self.violations.append(f"{node}: released before {key} was gone")
+            self._let_go.add(key)  # before the write: a release may follow it at once
+            await let_go(self.api, key)
+        except Exception as exc:  # reported with the test's assertions
+            self.violations.append(f"{key}: letting it go failed: {exc!r}")
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[GateWatch]:
+        pods = asyncio.Event()
+
+        async def follow_pods() -> None:
+            path = f"/api/v1/namespaces/{self.namespace}/pods"
+            async for update in list_watch(self.api, path, WatchOptions(kind="test-pods")):
+                if isinstance(update, Listing):
+                    for obj in update.items:
+                        self._see_pod(obj, False)
+                    pods.set()
+                else:
+                    self._see_pod(update.obj, update.type == "DELETED")
+
+        follower = asyncio.create_task(follow_pods())
+        try:
+            await asyncio.wait_for(pods.wait(), timeout=30)
+            async with watching_nodes(self.api, self.selector, self._see_node, self._busy.clear):
+                yield self
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            for key in set(self._placed) - self._let_go:  # the namespace can then go
+                self._let_go.add(key)
+                await let_go(self.api, key)
