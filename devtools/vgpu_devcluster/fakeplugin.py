@@ -52,6 +52,7 @@ LAST_FLAG_VERSION = Version(1, 11, 99)
 OLD_CORES_PER_GPU = 100  # ≤ v1.11: `for i < 100` in apiDevices
 OLD_MEMORY_PER_GPU = 32767  # ≤ v1.11: `for i < int(32767)` in apiDevices
 LAST_HANDSHAKE_VERSION = Version(1, 12, 0)
+NVIDIA_GPU = contract.NVIDIA_GPU_RESOURCE
 FLAG_NAME_DEFAULTS = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores")
 
 
@@ -65,7 +66,11 @@ class SimGpu:
 
 def node_gpus(node: Mapping[str, Any]) -> list[SimGpu]:
     """The node's GPUs: from the agent's inventory when present, else from the GFD labels
-    (uuids derived from the node name, stable across calls)."""
+    (uuids derived from the node name, stable across calls). The real plugin counts the GPUs
+    NVML shows, never a label (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:
+    pkg/util/util.go `GetDevices` ranges over nvml DeviceGetCount): a simulated node's
+    hardware is its `nvidia.com/gpu` capacity, so a `gpu.count` label that says more (a hostile
+    or stale label) counts no further than it."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name", ""))
     inv_raw = (meta.get("annotations") or {}).get(contract.ANN_INVENTORY)
@@ -85,6 +90,9 @@ def node_gpus(node: Mapping[str, Any]) -> list[SimGpu]:
         memory = int(labels.get(contract.GFD_MEMORY, "0"))
     except ValueError:
         return []
+    capacity = str(((node.get("status") or {}).get("capacity") or {}).get(NVIDIA_GPU, ""))
+    if capacity.isdigit():
+        count = min(count, int(capacity))
     if not product or count <= 0:
         return []
     nvml = _PRODUCT_TO_NVML.get(product, product)  # unknown products: the label as it is
