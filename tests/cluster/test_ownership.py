@@ -6,7 +6,7 @@ one node write the case needs and no other write but Events and the policy's own
 - `onDelete: Retain` holds when the policy's finalizer was stripped and the policy deleted
   while the operator was down: the node's own record says Retain;
 - a label the user had, taken over with `adoptExisting` and then changed by the policy, is put
-  back on release;
+  back on release; without `adoptExisting` the same-valued label is never the operator's;
 - a record written by an earlier release that lists keys this version may no longer own
   (one the operator now reserves, one of Kubernetes' own) is released cleanly: the node is not
   frozen, Kubernetes' key stays, an Event names the node.
@@ -197,6 +197,31 @@ async def test_a_users_label_taken_over_comes_back_on_release(
     found = writes(local, offset)
     # configure, change, release: one write each per node
     assert node_writes(found) == dict.fromkeys(nodes, 3), found
+    assert unneeded(found, name) == [], found
+
+
+async def test_a_label_the_user_had_with_the_same_value_is_never_removed(
+    cluster: ClusterUnderTest, api: client.ApiClient, make_nodes: NodeFactory, start_operator: Any
+) -> None:
+    """Without adoptExisting the user's `team=ml` is left theirs: never recorded, never written,
+    still there after the policy that asks for the same value is gone."""
+    local = cluster.require_audit()
+    pool, name = unique("same"), unique("same")
+    nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"})
+    start_operator()
+    offset = audit_offset(local)
+    await create(api, name, hami_policy(pool, nodeLabels={"team": "ml"}))
+    await wait_nodes(api, nodes, lambda o: labels(o).get(contract.LABEL_POLICY) == name)
+    for n in nodes:
+        record = (await node(api, n))["metadata"]["annotations"][contract.ANN_OWNED]
+        assert "team" not in json.loads(record).get("labels", {}), record
+    await request(api, "DELETE", policy_path(name), field_manager=None)
+    await eventually(lambda: gone(api, name), timeout=30)
+    await eventually(quiet(local, offset), timeout=30, interval=1.0)
+    for n in nodes:
+        assert labels(await node(api, n))["team"] == "ml"
+    found = writes(local, offset)
+    assert node_writes(found) == dict.fromkeys(nodes, 2), found  # configure, release
     assert unneeded(found, name) == [], found
 
 
