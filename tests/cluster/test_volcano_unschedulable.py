@@ -227,7 +227,9 @@ async def test_each_unschedulable_pod_gets_one_warning_per_cause_and_a_fitting_p
         ("daemonsets", None),
         ("pods", ["status.phase!=Succeeded,status.phase!=Failed"]),
     ]
-    assert ctl.pods.informer.lists == 1 and ctl.daemonsets.lists == 1
+    watched = ctl.cache  # the informers fill the controller's cache
+    assert watched.daemonsets is not None
+    assert watched.pods.informer.lists == 1 and watched.daemonsets.lists == 1
     namespaced = Counter(
         (e["objectRef"]["namespace"], parse_qs(urlsplit(e["requestURI"]).query)["labelSelector"][0])
         for e in lists

@@ -2,9 +2,9 @@
 anything the operator reads.
 
 Nodes are kept compact (`controller.snapshot.compact_node`, strings interned: thousands of Nodes
-repeat the same ones) with their facts; a policy as parsed; a DaemonSet as the rules read it; the
-configured ConfigMaps and the scheduler Deployment by resourceVersion only. Namespaced kinds
-watched across namespaces are keyed by namespace/name.
+repeat the same ones) with their facts; a policy as parsed (`PolicyEntry`, in Kopf's index); a
+DaemonSet as the rules read it; the configured ConfigMaps and the scheduler Deployment by
+resourceVersion only. Namespaced kinds watched across namespaces are keyed by namespace/name.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_operator.controller.reconciler import PolicyEntry
 from vgpu_operator.controller.snapshot import compact_node
 from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
-from vgpu_operator.core.nodes.validate import parse_policy
+from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
 from vgpu_operator.core.rollout.gpu_pods import interned
 
 
@@ -28,6 +27,17 @@ class IndexedNode:
     facts: NodeFacts
     obj: dict[str, Any]
     uid: str
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """What the policy index keeps per policy."""
+
+    parsed: ParsedPolicy
+    uid: str
+    resource_version: str
+    finalizers: tuple[str, ...]
+    status: Mapping[str, Any]
 
 
 def kept_node(body: Mapping[str, Any]) -> dict[str, Any]:

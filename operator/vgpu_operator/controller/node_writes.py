@@ -1,12 +1,14 @@
-"""The node side of the reconciler's pass (`controller.reconciler`): one merge PATCH per node
-that differs, by a fixed set of workers; a 409 reads the node again and plans it again; any other
-failure backs that node off (exponential, never before Retry-After) while the others go on, and
-one timer brings the earliest back when due."""
+"""The node side of the policy reconciler's passes (`controller.reconciler`): one merge PATCH
+per node that differs, by a fixed set of workers; a 409 reads the node again and plans it again;
+any other failure backs that node off (exponential, never before Retry-After) while the others
+go on, and one timer brings the earliest back when due. The writer owns that back-off and its
+timer, and the writes the watch has not delivered yet (`overlay`, `is_own_write`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -14,15 +16,16 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
-from vgpu_operator.controller.observe import Observer
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
 from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan
-from vgpu_operator.core.nodes.validate import ParsedPolicy
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
 BACKOFF_SLACK = 0.01  # the wake-up comes this much after the due time (never just before it)
+
+# Plans nodes read again after a 409 (the reconciler's planning of its current pass).
+Replan = Callable[[list[NodeFacts]], ClusterPlan]
 
 
 def node_write_backoff() -> Backoff[str]:
@@ -31,52 +34,75 @@ def node_write_backoff() -> Backoff[str]:
     return Backoff(initial=1.0, cap=300.0, factor=2.0, jitter=0.2)
 
 
-class NodeWrites:
-    """Node writes and their backoff; the base of `Reconciler`, whose fields these are."""
+class NodeWriter:
+    """Writes the nodes of a pass. `request_nodes` asks the reconciler for a pass over nodes (a
+    node due again, a node that kept changing); `observe`: no node is written (mode observe,
+    `controller.observe` reports them). `idle` is set while no node writes are under way (the
+    configuration pass waits for it)."""
 
-    api: client.ApiClient
-    observer: Observer | None
-    node_backoff: Backoff[str]
-    clock: Callable[[], float]
-    idle: asyncio.Event
-    _fresh: dict[str, NodeFacts]
-    _backoff_timer: asyncio.TimerHandle | None
-    _backoff_timer_at: float
-
-    @property
-    def conflict_retries(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def concurrency(self) -> int:
-        raise NotImplementedError
-
-    def request_nodes(self, names: Iterable[str]) -> None:
-        raise NotImplementedError
-
-    def _plan(self, targets: Iterable[NodeFacts], parsed: list[ParsedPolicy]) -> ClusterPlan:
-        raise NotImplementedError
-
-    # -- nodes ------------------------------------------------------------------------------
-    async def _write_nodes(
+    def __init__(
         self,
-        plans: Iterator[NodePlan],
-        parsed: list[ParsedPolicy],
-        nodes: dict[str, NodeFacts],
+        api: client.ApiClient,
+        request_nodes: Callable[[Iterable[str]], None],
+        *,
+        concurrency: int = 32,
+        conflict_retries: int = 3,
+        observe: bool = False,
+        backoff: Backoff[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,  # the backoff's (the event loop's clock)
+    ) -> None:
+        self.api = api
+        self.request_nodes = request_nodes
+        self.concurrency = concurrency
+        self.conflict_retries = conflict_retries
+        self.observe = observe
+        # Nodes whose writes the apiserver refused (anything but 404/409): not written again
+        # before their backoff allows; one timer wakes the reconciler for the earliest.
+        self.backoff = backoff if backoff is not None else node_write_backoff()
+        self.clock = clock
+        self.idle = asyncio.Event()
+        self.idle.set()
+        # Writes this process made that the watch may not have delivered yet (node -> object).
+        self._fresh: dict[str, NodeFacts] = {}
+        self._backoff_timer: asyncio.TimerHandle | None = None
+        self._backoff_timer_at = 0.0
+
+    # -- what the watch has not delivered yet -----------------------------------------------
+    def overlay(self, nodes: dict[str, NodeFacts]) -> None:
+        """Our own writes the watch has not delivered yet replace what the informer holds."""
+        for name, facts in list(self._fresh.items()):
+            seen = nodes.get(name)
+            if seen is not None and _newer_or_same(seen.resource_version, facts.resource_version):
+                del self._fresh[name]  # the watch caught up with our own write
+            elif seen is not None:
+                nodes[name] = facts
+
+    def is_own_write(self, name: str, facts: NodeFacts) -> bool:
+        """True for the watch event of a write this process made (nothing to do for it)."""
+        fresh = self._fresh.get(name)
+        return fresh is not None and fresh.resource_version == facts.resource_version
+
+    def failures(self) -> dict[str, str]:
+        """The nodes backing off, each with its last failure's message (the policy status)."""
+        return {node: f[1] for node, f in self.backoff.failing().items()}
+
+    # -- the writes -------------------------------------------------------------------------
+    async def write(
+        self, plans: Iterator[NodePlan], replan: Replan, nodes: dict[str, NodeFacts]
     ) -> dict[str, NodePlan]:
         """PATCH every node whose plan has one, as `plans` yields them; returns the plans
-        that were written.
+        that were written (and puts what they wrote in `nodes`).
 
         A 409 reads the node again and plans it again (`conflict_retries` times). A write that
         fails otherwise (422 from validation or an admission policy, 403, 429, 5xx, a timeout)
-        puts the node in `node_backoff`: no pass writes it again before its backoff allows
+        puts the node in `backoff`: no pass writes it again before its backoff allows
         (exponential per node, never before the apiserver's Retry-After), the other nodes go on,
         and one timer wakes the reconciler for the earliest node due. The policy status names
-        the failing nodes with the apiserver's message (`_write_statuses`)."""
-        if self.observer is not None:
+        the failing nodes with the apiserver's message (`failures`)."""
+        if self.observe:
             return {}  # mode: observe writes no node (controller.observe reports them)
         written: dict[str, NodePlan] = {}
-        backoff = self.node_backoff
+        backoff = self.backoff
         backoff.retain(lambda name: name in nodes)  # deleted nodes
         now = self.clock()
 
@@ -102,7 +128,7 @@ class NodeWrites:
                         self._node_gone(plan.node, nodes)
                         return
                     nodes[plan.node] = node_facts(fresh)
-                    plan = self._plan([nodes[plan.node]], parsed).plans[plan.node]
+                    plan = replan([nodes[plan.node]]).plans[plan.node]
                     continue
                 except kubeapi.NotFound:
                     self._node_gone(plan.node, nodes)
@@ -149,7 +175,7 @@ class NodeWrites:
 
     def _node_gone(self, name: str, nodes: dict[str, NodeFacts]) -> None:
         nodes.pop(name, None)
-        self.node_backoff.forget(name)
+        self.backoff.forget(name)
 
     def _write_failed(self, name: str, exc: Exception) -> None:
         """A node write failed with anything but 404/409: back off that node."""
@@ -161,8 +187,8 @@ class NodeWrites:
         )
         message = failure_message(exc)
         now = self.clock()
-        at = self.node_backoff.failed(name, now, retry_after=retry_after, message=message)
-        failure = self.node_backoff.get(name)
+        at = self.backoff.failed(name, now, retry_after=retry_after, message=message)
+        failure = self.backoff.get(name)
         attempts = failure.attempts if failure is not None else 1
         log.warning(
             "node %s: write failed (%s); next attempt in %.1fs (%d failures in a row)",
@@ -174,7 +200,7 @@ class NodeWrites:
 
     def _schedule_backoff_wake(self) -> None:
         """One timer, at the earliest time a backing-off node may be written again."""
-        due = self.node_backoff.due()
+        due = self.backoff.due()
         timer = self._backoff_timer
         if timer is not None and due is not None and self._backoff_timer_at <= due:
             return  # an earlier (or the same) wake-up is already set
@@ -190,11 +216,19 @@ class NodeWrites:
     def _backoff_due(self) -> None:
         """The timer: a pass for the nodes now due (it sets the next timer after its writes)."""
         self._backoff_timer = None
-        due = self.node_backoff.due_keys(self.clock())
+        due = self.backoff.due_keys(self.clock())
         if due:
             self.request_nodes(due)
         else:  # those nodes were forgotten meanwhile: wait for the next one
             self._schedule_backoff_wake()
+
+
+def _newer_or_same(seen: str, ours: str) -> bool:
+    """resourceVersions are opaque, but etcd's are integers; compare when both parse."""
+    try:
+        return int(seen) >= int(ours)
+    except ValueError:
+        return seen == ours
 
 
 def failure_message(exc: BaseException) -> str:

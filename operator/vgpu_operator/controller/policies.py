@@ -20,8 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vgpu_operator import kubeapi
-from vgpu_operator.controller.kept import policy_entry
-from vgpu_operator.controller.policy_writes import PolicyEntry
+from vgpu_operator.controller.kept import PolicyEntry, policy_entry
 
 log = logging.getLogger("vgpu_operator.controller")
 

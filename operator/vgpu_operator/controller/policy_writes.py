@@ -1,24 +1,27 @@
-"""The policy side of the reconciler's pass (`controller.reconciler`): each policy's status
-(written only when it changed), the release of a policy being deleted (once none of its nodes
-carries its label or is still in a transition charged to it; Kopf's deletion handler waits for
-it, and Kopf then removes its finalizer), and the gauges."""
+"""The policy side of the policy reconciler's passes (`controller.reconciler`): each policy's
+status (written only when it changed), the refusals' Warning Events, the release of a policy
+being deleted (once none of its nodes carries its label or is still in a transition charged to
+it; Kopf's deletion handler waits for it, and Kopf then removes its finalizer), and the gauges.
+The writer owns what it remembers between passes: the statuses written and not seen back yet,
+the refusals posted, the waits for releases and the nodes each deleted policy still held."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Container, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller import metrics
+from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
+from vgpu_operator.controller.kept import PolicyEntry
 from vgpu_operator.controller.observe import CONDITION as OBSERVED
 from vgpu_operator.controller.observe import Observer
-from vgpu_operator.core.backoff import Backoff
+from vgpu_operator.core.findings import CONDITION, ConditionValue, config_condition
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan
 from vgpu_operator.core.nodes.status import compute_status, status_patch
@@ -28,57 +31,58 @@ from vgpu_operator.models.policy import VGPUNodePolicyStatus
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
-
-@dataclass(frozen=True)
-class PolicyEntry:
-    """What the policy informer keeps per policy."""
-
-    parsed: ParsedPolicy
-    uid: str
-    resource_version: str
-    finalizers: tuple[str, ...]
-    status: Mapping[str, Any]
+# Posts an Event: (the object's reference, type, reason, message); kubeapi.events.EventPoster.
+EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
 
 
-# Conditions computed elsewhere for a policy owning these nodes (e.g. ConfigConsistent).
-ExtraConditions = Callable[[str, frozenset[str]], Mapping[str, tuple[str, str, str]]]
+class PolicyStatusWriter:
+    """Status, refusal Events and release of every policy. It reads the cache (a policy's
+    stored status) and the configuration reconciler's findings (`configuration`; None: none
+    runs), and reports what observe mode would do (`observer`). `request_full` asks the
+    reconciler for a full pass (a release waited for, nodes still to clean)."""
 
+    def __init__(
+        self,
+        api: client.ApiClient,
+        post_event: EventPoster,
+        cache: ClusterCache,
+        request_full: Callable[[], None],
+        *,
+        configuration: ConfigurationState | None = None,
+        observer: Observer | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.api = api
+        self.post_event = post_event
+        self.cache = cache
+        self.request_full = request_full
+        self.configuration = configuration
+        self.observer = observer
+        self.now = now
+        self._written_status: dict[str, dict[str, Any]] = {}
+        self._refused_posted: set[tuple[str, str]] = set()  # (policy, refusal)
+        self._released: dict[str, asyncio.Event] = {}  # deleted policies someone waits on
+        self.still_held: dict[str, list[str]] = {}  # deleted policies: nodes held at the last pass
+        self._retry_timer: asyncio.TimerHandle | None = None
 
-class PolicyWrites:
-    """Status and finalizer writes; the base of `Reconciler`, whose fields these are."""
-
-    api: client.ApiClient
-    now: Callable[[], datetime]
-    extra_conditions: ExtraConditions | None
-    observer: Observer | None
-    node_backoff: Backoff[str]
-    _written_status: dict[str, dict[str, Any]]
-    _refused_posted: set[tuple[str, str]]
-    _released: dict[str, asyncio.Event]  # deleted policies someone waits on
-    still_held: dict[str, list[str]]  # deleted policies: the nodes they held at the last pass
-    post_event: Callable[[Mapping[str, Any], str, str, str], None]
-
-    def _retry_soon(self) -> None:
-        raise NotImplementedError
-
-    def request_full(self) -> None:
-        raise NotImplementedError
-
-    async def _write_statuses(
+    # -- statuses ---------------------------------------------------------------------------
+    async def write(
         self,
         cluster: ClusterPlan,
         nodes: Mapping[str, NodeFacts],
         policies: Mapping[str, PolicyEntry],
+        failures: Mapping[str, str],
     ) -> None:
+        """Each policy's status, from the pass's plan of every node; `failures`: the nodes
+        whose writes are backing off, with the apiserver's message."""
         now = self.now()
-        failures = {node: f[1] for node, f in self.node_backoff.failing().items()}
         conditions: dict[str, dict[str, str]] = {}
         try:
-            await self._write_each_status(cluster, nodes, policies, now, failures, conditions)
+            await self._write_each(cluster, nodes, policies, now, failures, conditions)
         finally:
             metrics.export_policy_conditions(conditions)
 
-    async def _write_each_status(
+    async def _write_each(
         self,
         cluster: ClusterPlan,
         nodes: Mapping[str, NodeFacts],
@@ -93,12 +97,10 @@ class PolicyWrites:
                 del self._written_status[name]  # the watch delivered our write
                 mine = None
             old = mine if mine is not None else dict(entry.status)
-            extra = None
-            if self.extra_conditions is not None:
-                owned = frozenset(n for n, a in cluster.assignments.items() if a.owner == name)
-                extra = self.extra_conditions(name, owned)
+            owned = frozenset(n for n, a in cluster.assignments.items() if a.owner == name)
+            extra = self.configuration_condition(name, owned)
             if self.observer is not None:
-                extra = {**(extra or {}), OBSERVED: self.observer.condition(name)}
+                extra = {**extra, OBSERVED: self.observer.condition(name)}
             parsed = cluster.policies.get(name, entry.parsed)  # with a refusal, if any
             new = compute_status(parsed, cluster, nodes, old, now, extra, failures)
             conditions[name] = {c.type: c.status for c in new.conditions}
@@ -117,12 +119,31 @@ class PolicyWrites:
                 continue
             self._written_status[name] = body["status"]
 
+    def configuration_condition(
+        self, policy: str, nodes: frozenset[str]
+    ) -> dict[str, ConditionValue]:
+        """The ConfigConsistent condition of a policy owning `nodes` (none without a
+        configuration reconciler). Until its first pass has run, the policy keeps the condition
+        it has (a restarted operator writes no status for it)."""
+        configuration = self.configuration
+        if configuration is None:
+            return {}
+        if configuration.findings is not None:
+            mode = self.cache.config.mode
+            return {CONDITION: config_condition(configuration.findings, nodes, mode=mode)}
+        stored = self.cache.policies.get(policy)
+        for c in (stored.status if stored else {}).get("conditions") or []:
+            if c.get("type") == CONDITION:
+                kept = (c.get("status", "Unknown"), c.get("reason", ""), c.get("message", ""))
+                return {CONDITION: kept}
+        return {}
+
     def forget_policy(self, name: str) -> None:
         self._written_status.pop(name, None)
         self.still_held.pop(name, None)
 
     # -- refusals ---------------------------------------------------------------------------
-    def _warn_refused(
+    def warn_refused(
         self, parsed: Iterable[ParsedPolicy], policies: Mapping[str, PolicyEntry]
     ) -> None:
         """One Warning Event per refused policy and refusal (`core.volcano.plugin_refusal`), and
@@ -143,8 +164,11 @@ class PolicyWrites:
         self._refused_posted.update(now)
 
     # -- releases ---------------------------------------------------------------------------
-    def _report_releases(
-        self, nodes: Mapping[str, NodeFacts], policies: Mapping[str, PolicyEntry]
+    def report_releases(
+        self,
+        nodes: Mapping[str, NodeFacts],
+        policies: Mapping[str, PolicyEntry],
+        backing_off: Container[str] = (),
     ) -> None:
         """For each policy being deleted, the nodes it still holds (its label, or a transition
         charged to it); a policy that holds none is released: whoever waits on it
@@ -158,7 +182,7 @@ class PolicyWrites:
             self.still_held[name] = still
             if still:
                 log.info("policy %s is being deleted; %d nodes still to clean", name, len(still))
-                if not all(n in self.node_backoff for n in still):
+                if not all(n in backing_off for n in still):
                     self._retry_soon()  # (a node backing off brings its own pass when due)
                 continue
             waiter = self._released.get(name)
@@ -179,6 +203,18 @@ class PolicyWrites:
             if self._released.get(name) is waiter:
                 del self._released[name]
         return []
+
+    def _retry_soon(self) -> None:
+        """Another full pass after a short pause (the watch may still be catching up); one
+        pending at a time."""
+        if self._retry_timer is not None:
+            return
+
+        def fire() -> None:
+            self._retry_timer = None
+            self.request_full()
+
+        self._retry_timer = asyncio.get_running_loop().call_later(1.0, fire)
 
 
 def _leaving(facts: NodeFacts, policy: str) -> bool:

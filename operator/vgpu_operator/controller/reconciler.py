@@ -1,11 +1,12 @@
 """The write side of the controller: one task that plans with the core and closes the difference.
 
-The node informer (`controller.informer`) and Kopf's policy index (`controller.policies`) keep
-Nodes and policies in memory. Their callbacks and Kopf's policy handlers only *request* work: a
-policy change asks for a full pass, a node change for that node. The reconciler batches
-requests, takes a snapshot of both, calls the pure core (`plan_cluster`,
-`compute_status`) and writes: one merge PATCH per node that differs (none when it already
-matches), a status PATCH per policy whose status changed, one Event per policy that changed
+The cache (`controller.cache`: the node informer, Kopf's policy index) keeps Nodes and policies
+in memory. The watch callbacks and Kopf's policy handlers only *request* work: a policy change
+asks for a full pass, a node change for that node. The reconciler batches requests, takes a
+snapshot of the cache, calls the pure core (`plan_cluster`, `compute_status`) and writes through
+its two writers: one merge PATCH per node that differs (none when it already matches;
+`controller.node_writes.NodeWriter`), a status PATCH per policy whose status changed
+(`controller.policy_writes.PolicyStatusWriter`), and itself one Event per policy that changed
 nodes. Being the only writer in the process, it needs no per-node locks; a 409 (someone else
 wrote the node since the watch saw it) means: read that node again and plan it again.
 """
@@ -16,22 +17,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes_asyncio import client
 
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller import metrics
-from vgpu_operator.controller.node_writes import NodeWrites, node_write_backoff
+from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
+from vgpu_operator.controller.kept import PolicyEntry
+from vgpu_operator.controller.node_writes import NodeWriter
 from vgpu_operator.controller.observe import Observer
-from vgpu_operator.controller.policy_writes import (
-    ExtraConditions,
-    PolicyEntry,
-    PolicyWrites,
-    export_gauges,
-)
+from vgpu_operator.controller.policy_writes import EventPoster, PolicyStatusWriter, export_gauges
 from vgpu_operator.controller.rollout import RolloutDriver
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.nodes.adoption import OnDelete, with_on_delete_default
@@ -41,16 +38,13 @@ from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.leave import plan_with_leaves
-from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues, refuse_ignored
+from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.waiting import run_passes
 
 log = logging.getLogger("vgpu_operator.reconciler")
 
 __all__ = ["PolicyEntry", "Reconciler", "ReconcilerOptions"]
-
-# Posts an Event: (the object's reference, type, reason, message); kubeapi.events.EventPoster.
-EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
 
 
 @dataclass
@@ -79,78 +73,69 @@ class ReconcilerOptions:
 
 PLAN_CHUNK = 200  # nodes planned at a time while the writes go on (`Reconciler._plan_in_chunks`)
 
-Snapshot = Callable[[], tuple[dict[str, NodeFacts], dict[str, PolicyEntry]]]
-NodeUid = Callable[[str], str]
 
+class Reconciler:
+    """The policy reconciler: reads the cache, plans, and writes through its `node_writer` and
+    `status_writer`. `rollout` (`controller.rollout`): safe transitions (None releases every
+    change at once); `configuration`: what the configuration reconciler publishes (None: none
+    runs), for the policies' ConfigConsistent condition. In observe mode no rollout acts and no
+    node is written: an `Observer` reports what enforce would do."""
 
-@dataclass
-class Reconciler(NodeWrites, PolicyWrites):
-    api: client.ApiClient
-    snapshot: Snapshot
-    post_event: EventPoster
-    node_uid: NodeUid = lambda _name: ""
-    options: ReconcilerOptions = field(default_factory=ReconcilerOptions)
-    now: Callable[[], datetime] = lambda: datetime.now(UTC)
-    extra_conditions: ExtraConditions | None = None
-    # Safe transitions (controller.rollout): None releases every change at once.
-    rollout: RolloutDriver | None = None
-    observer: Observer | None = None  # mode: observe (made from the options)
-    # What the configured HAMi plugin registers whatever a node's entry says (≤ v1.11; None:
-    # it applies per-node values, or is unknown): policies it cannot apply are refused.
-    plugin_values: Callable[[], PluginNodeValues | None] = lambda: None
-
-    _full: bool = False
-    _nodes: set[str] = field(default_factory=set)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    # Writes this process made that the watch may not have delivered yet (node -> object).
-    _fresh: dict[str, NodeFacts] = field(default_factory=dict)
-    _written_status: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _reported: set[tuple[str, str]] = field(default_factory=set)
-    _refused_posted: set[tuple[str, str]] = field(default_factory=set)  # (policy, refusal)
-    _released: dict[str, asyncio.Event] = field(default_factory=dict)
-    still_held: dict[str, list[str]] = field(default_factory=dict)
-    _last_status: float = 0.0
-    _status_scheduled: bool = False
-    # Nodes whose writes the apiserver refused (anything but 404/409): not written again before
-    # their backoff allows; one timer wakes the reconciler for the earliest (`_write_nodes`).
-    node_backoff: Backoff[str] = field(default_factory=node_write_backoff)
-    clock: Callable[[], float] = time.monotonic  # the backoff's time (the event loop's clock)
-    _backoff_timer: asyncio.TimerHandle | None = None
-    _backoff_timer_at: float = 0.0
-    _retry_timer: asyncio.TimerHandle | None = None
-    _steps: Mapping[str, NodeStep] | None = None  # the rollout's steps of the current pass
-    _held: Mapping[str, str] = field(default_factory=dict)  # leaving nodes not released yet
-    passes: int = 0
-    # Set while no node writes are under way (the configuration pass waits for it).
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def __post_init__(self) -> None:
-        self.idle.set()
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: ClusterCache,
+        post_event: EventPoster,
+        options: ReconcilerOptions | None = None,
+        *,
+        rollout: RolloutDriver | None = None,
+        configuration: ConfigurationState | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        node_backoff: Backoff[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,  # the node back-off's time
+    ) -> None:
+        self.cache = cache
+        self.post_event = post_event
+        self.options = options if options is not None else ReconcilerOptions()
+        self.rollout = rollout
+        self.observer: Observer | None = None
         if self.options.observe:  # observe: no rollout acts, no node is written
             self.rollout = None
-            if self.observer is None:
-                self.observer = Observer(self.post_event, self.node_uid, self.options.on_delete)
+            self.observer = Observer(post_event, cache.node_uid, self.options.on_delete)
+        self.node_writer = NodeWriter(
+            api,
+            self.request_nodes,
+            concurrency=self.options.concurrency,
+            conflict_retries=self.options.conflict_retries,
+            observe=self.observer is not None,
+            backoff=node_backoff,
+            clock=clock,
+        )
+        self.status_writer = PolicyStatusWriter(
+            api,
+            post_event,
+            cache,
+            self.request_full,
+            configuration=configuration,
+            observer=self.observer,
+            now=now,
+        )
+        self.passes = 0
+        self._full = False
+        self._nodes: set[str] = set()
+        self._wake = asyncio.Event()
+        self._reported: set[tuple[str, str]] = set()  # (node, reason) of Warnings posted
+        self._last_status = 0.0
+        self._status_scheduled = False
+        self._steps: Mapping[str, NodeStep] | None = None  # the rollout's steps of the pass
+        self._held: Mapping[str, str] = {}  # leaving nodes not released yet
 
     @property
-    def conflict_retries(self) -> int:
-        return self.options.conflict_retries
+    def idle(self) -> asyncio.Event:
+        """Set while no node writes are under way (the configuration pass waits for it)."""
+        return self.node_writer.idle
 
-    @property
-    def concurrency(self) -> int:
-        return self.options.concurrency
-
-    @property
-    def writing(self) -> bool:
-        return not self.idle.is_set()
-
-    @writing.setter
-    def writing(self, value: bool) -> None:
-        if value:
-            self.idle.clear()
-        else:
-            self.idle.set()
-
-    # -- requests (called by handlers) ------------------------------------------------------
+    # -- requests (from the watches, Kopf's handlers, the writers' timers) ------------------
     def request_full(self) -> None:
         self._full = True
         self._wake.set()
@@ -158,18 +143,6 @@ class Reconciler(NodeWrites, PolicyWrites):
     def request_nodes(self, names: Iterable[str]) -> None:
         self._nodes.update(names)
         self._wake.set()
-
-    def _retry_soon(self) -> None:
-        """Another full pass after a short pause (the watch may still be catching up); one
-        pending at a time."""
-        if self._retry_timer is not None:
-            return
-
-        def fire() -> None:
-            self._retry_timer = None
-            self.request_full()
-
-        self._retry_timer = asyncio.get_running_loop().call_later(1.0, fire)
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -199,13 +172,13 @@ class Reconciler(NodeWrites, PolicyWrites):
         the whole picture and are computed after writes, on full passes, and otherwise at most
         every `status_interval` seconds."""
         start = time.monotonic()
-        nodes, policies = self.snapshot()
-        self._overlay_fresh(nodes)
+        nodes, policies = self.cache.snapshot()
+        self.node_writer.overlay(nodes)
         parsed = refuse_ignored(
             with_on_delete_default((p.parsed for p in policies.values()), self.options.on_delete),
-            self.plugin_values(),
+            self.cache.plugin_values(),
         )
-        self._warn_refused(parsed, policies)
+        self.status_writer.warn_refused(parsed, policies)
         paced = self.rollout.decide(nodes, parsed) if self.rollout is not None else None
         self._steps = paced.steps if paced is not None else None
         self._held = paced.held if paced is not None else {}
@@ -213,7 +186,7 @@ class Reconciler(NodeWrites, PolicyWrites):
         targets = list(nodes.values()) if full else [nodes[n] for n in wanted if n in nodes]
         plans: dict[str, NodePlan] = {}
         chunks = self._plan_in_chunks(targets, parsed, plans)
-        written = await self._write_nodes(chunks, parsed, nodes)
+        written = await self.node_writer.write(chunks, lambda t: self._plan(t, parsed), nodes)
         for _ in chunks:  # planned to the end even where nothing was written (observe)
             pass
         if paced is not None and self.rollout is not None:
@@ -231,8 +204,8 @@ class Reconciler(NodeWrites, PolicyWrites):
             self._emit_events(cluster, policies, written)
             if self.observer is not None:
                 self.observer.nodes(cluster, nodes)
-            await self._write_statuses(cluster, nodes, policies)
-            self._report_releases(nodes, policies)
+            await self.status_writer.write(cluster, nodes, policies, self.node_writer.failures())
+            self.status_writer.report_releases(nodes, policies, self.node_writer.backoff)
             export_gauges(cluster, nodes, policies)
         elif not self._status_scheduled:
             self._status_scheduled = True
@@ -268,20 +241,6 @@ class Reconciler(NodeWrites, PolicyWrites):
         self._status_scheduled = False
         self.request_nodes([])
 
-    def _overlay_fresh(self, nodes: dict[str, NodeFacts]) -> None:
-        """Our own writes the watch has not delivered yet replace what the informer holds."""
-        for name, facts in list(self._fresh.items()):
-            seen = nodes.get(name)
-            if seen is not None and _newer_or_same(seen.resource_version, facts.resource_version):
-                del self._fresh[name]  # the watch caught up with our own write
-            elif seen is not None:
-                nodes[name] = facts
-
-    def is_own_write(self, name: str, facts: NodeFacts) -> bool:
-        """True for the watch event of a write this process made (nothing to do for it)."""
-        fresh = self._fresh.get(name)
-        return fresh is not None and fresh.resource_version == facts.resource_version
-
     # -- events -----------------------------------------------------------------------------
     def _emit_events(
         self,
@@ -301,17 +260,9 @@ class Reconciler(NodeWrites, PolicyWrites):
                 ref = kubeapi.object_ref(contract.POLICY_KIND, name, uid=entry.uid)
                 self.post_event(ref, spec.type, spec.reason, spec.message)
         for spec in specs:
-            ref = kubeapi.object_ref("Node", spec.name, uid=self.node_uid(spec.name))
+            ref = kubeapi.object_ref("Node", spec.name, uid=self.cache.node_uid(spec.name))
             self.post_event(ref, spec.type, spec.reason, spec.message)
             if spec.type == "Warning":
                 self._reported.add((spec.name, spec.reason))
         current = {(p.node, pr.reason) for p in problems for pr in p.problems}
         self._reported &= current  # a problem that went away may be reported again later
-
-
-def _newer_or_same(seen: str, ours: str) -> bool:
-    """resourceVersions are opaque, but etcd's are integers; compare when both parse."""
-    try:
-        return int(seen) >= int(ours)
-    except ValueError:
-        return seen == ours

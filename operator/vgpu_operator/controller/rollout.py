@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import NodePlan
 from vgpu_operator.core.nodes.validate import ParsedPolicy
@@ -56,21 +57,20 @@ def eviction_body(key: str) -> Obj:
 @dataclass
 class PluginReadings:
     """What the last configuration pass read of the device plugin on given nodes, computed once
-    per snapshot. `source`: that snapshot and when its reading began (None: no configuration
-    reconciler runs; nothing is waited for). Before the first pass, and for a node the snapshot
-    does not have, a node reads as unknown (a plugin pod there, no entry): no node moves past a
-    wait on a guess."""
+    per snapshot. `state`: what that pass published (None: no configuration reconciler runs;
+    nothing is waited for). Before the first pass, and for a node the snapshot does not have, a
+    node reads as unknown (a plugin pod there, no entry): no node moves past a wait on a
+    guess."""
 
-    source: Callable[[], tuple[ClusterSnapshot | None, datetime | None] | None]
+    state: ConfigurationState | None
     enforced: bool  # the operator writes the node-config entries (mode enforce)
     _of: ClusterSnapshot | None = None
     _readings: dict[str, PluginReading] = field(default_factory=dict)
 
     def __call__(self, nodes: Collection[str]) -> Mapping[str, PluginReading]:
-        read = self.source()
-        if read is None:
+        if self.state is None:
             return {}
-        snapshot, at = read
+        snapshot, at = self.state.snapshot, self.state.read_at
         unknown = PluginReading(read_at=datetime.min.replace(tzinfo=UTC), running=True, entry=None)
         if snapshot is None or at is None:
             return dict.fromkeys(nodes, unknown)
@@ -83,18 +83,18 @@ class PluginReadings:
 
 @dataclass
 class RolloutDriver:
-    """`pods_on(node)`: the node's GPU pods (the pod index), None until it is synced.
-    `node_object(node)`: the compact Node the informer keeps (for the plugin's registration)."""
+    """Reads the cache (`controller.cache`): each node's GPU consumers (None until the pod
+    index is synced), the compact Node (for the plugin's registration), its uid (Events)."""
 
     api: kubeapi.Client
     post_event: EventPoster
-    pods_on: Callable[[str], list[Obj] | None]
-    node_object: Callable[[str], Mapping[str, Any] | None]
-    node_uid: Callable[[str], str] = lambda _name: ""
-    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    cache: ClusterCache
     # What the configuration reconciler last read of the device plugin on these nodes (pod
     # there, node-config entry rendered); {}: no configuration reconciler, nothing waited for.
-    plugin_readings: Callable[[Collection[str]], Mapping[str, PluginReading]] = lambda _n: {}
+    plugin_readings: PluginReadings = field(
+        default_factory=lambda: PluginReadings(None, enforced=False)
+    )
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
     # Nodes whose next step waits for a configuration pass (the plugin pod leaving, the
     # node-config entry rewritten): each pass's end asks the reconciler to look at them again.
     waiting_on_configuration: frozenset[str] = frozenset()
@@ -107,14 +107,14 @@ class RolloutDriver:
         pods: dict[str, tuple[GpuPod, ...]] = {}
         registrations: dict[str, str] = {}
         for name in nodes:
-            on = self.pods_on(name)
+            on = self.cache.gpu_consumers(name)
             if on is None:
                 # The pod index is not in yet: a node looks empty when it is not. No node may
                 # start or leave Draining before it is (steps hold on an unknown pod).
                 pods[name] = (GpuPod(key="(pod index not synced)", terminating=True),)
             else:
                 pods[name] = tuple(p for p in map(gpu_pod_of, on) if p is not None)
-            obj = self.node_object(name) or {}
+            obj = self.cache.node_object(name) or {}
             text = registration(obj)
             if text:
                 registrations[name] = text
@@ -169,7 +169,7 @@ class RolloutDriver:
         for node, step in plan.steps.items():
             if step.event is None or node not in written:
                 continue
-            ref = kubeapi.object_ref("Node", node, uid=self.node_uid(node))
+            ref = kubeapi.object_ref("Node", node, uid=self.cache.node_uid(node))
             self.post_event(ref, step.event.type, step.event.reason, step.event.message)
             if step.event.type == "Warning" and step.rollout is not None:
                 policy = kubeapi.object_ref(contract.POLICY_KIND, step.rollout.policy)

@@ -60,9 +60,11 @@ class Runtime:
             # The pod index: listed yet, and how many GPU pods it holds (the benchmark
             # reads these to tell when the listing has settled).
             "podIndexSynced": lambda: (
-                self.controller is not None and self.controller.pods.synced.is_set()
+                self.controller is not None and self.controller.cache.pods.synced.is_set()
             ),
-            "gpuPods": lambda: len(self.controller.pods) if self.controller is not None else 0,
+            "gpuPods": lambda: (
+                len(self.controller.cache.pods) if self.controller is not None else 0
+            ),
         }
         self._health = await health.serve(self.liveness, self.health_checks(), info)
 

@@ -7,8 +7,8 @@ restarts and by a periodic resync. A pass: read a `ClusterSnapshot`, in `enforce
 differences of what the operator owns and restart what must re-read, as the pass's write plan
 says (`core.volcano.writes`; `volcano_writes` sends it), then run every rule. Findings go out as
 the `ConfigConsistent` condition of each policy (through the policy reconciler, the only status
-writer), as Warning Events on the objects involved (once per finding) and as the
-`vgpu_operator_findings` metric.
+writer, from the `ConfigurationState` each pass publishes), as Warning Events on the objects
+involved (once per finding) and as the `vgpu_operator_findings` metric.
 In `report` mode nothing is written to any Volcano/HAMi object.
 """
 
@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
 from vgpu_operator.controller import metrics
+from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
 from vgpu_operator.controller.snapshot import (
     configmap_refs,
@@ -38,13 +39,7 @@ from vgpu_operator.controller.write_results import (
     retry_at,
     write_backoff,
 )
-from vgpu_operator.core.findings import (
-    ConditionValue,
-    config_condition,
-    finding_counts,
-    finding_key,
-    new_finding_events,
-)
+from vgpu_operator.core.findings import finding_counts, finding_key, new_finding_events
 from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.core.volcano import restarts as planner
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
@@ -76,31 +71,29 @@ class VolcanoOptions:
     max_defer_seconds: float = 10.0
 
 
+# After each pass: its snapshot, and whether its findings changed (`controller.app` turns this
+# into requests for work).
+Passed = Callable[[ClusterSnapshot, bool], None]
+
+
 @dataclass
 class VolcanoReconciler:
     api: client.ApiClient
     config: OperatorConfig
     post_event: Callable[[Mapping[str, Any], str, str, str], None]  # ref, type, reason, message
     options: VolcanoOptions = field(default_factory=VolcanoOptions)
-    on_findings_changed: Callable[[], None] = lambda: None
-    # The compact Nodes from the controller's watch; None until it has listed them all (a
-    # pass then lists them itself).
-    node_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
-    # The pods holding GPU resources (the controller's pod index) and every DaemonSet
-    # (compact), from the controller's watches; None: a pass lists them (as `doctor` does).
-    pod_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
-    daemonset_source: Callable[[], list[dict[str, Any]] | None] = lambda: None
-    # Called with each pass's snapshot once its rules have run (the unschedulable pod checks).
-    on_snapshot: Callable[[ClusterSnapshot], None] = lambda snapshot: None
+    # The controller's watches (`controller.cache`): the compact Nodes, the pods holding GPU
+    # resources and every DaemonSet (compact). None, or a kind not listed yet: a pass lists
+    # them itself (as `doctor` does).
+    cache: ClusterCache | None = None
+    # What each pass publishes for the other parts: its snapshot, when its reading began, its
+    # findings (the rollout's waits, the policies' ConfigConsistent condition).
+    published: ConfigurationState = field(default_factory=ConfigurationState)
+    passed: Passed = lambda snapshot, findings_changed: None
     # Set while the policy reconciler is not writing Nodes (None: never wait).
     nodes_idle: asyncio.Event | None = None
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
-    findings: list[Finding] | None = None  # of the last pass; None: not checked yet
-    # The last pass's snapshot (after its writes) and when its reading began (the rollout's
-    # waits for the plugin pod and the node-config entry, `core.rollout.plugin`).
-    last_snapshot: ClusterSnapshot | None = None
-    last_read_at: datetime | None = None
     _read_at: datetime | None = None
     passes: int = 0
     restarted: list[planner.RestartAction] = field(default_factory=list)  # in order, all time
@@ -115,6 +108,11 @@ class VolcanoReconciler:
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
     # Objects whose writes were refused (not 404/409), from pass to pass (`write_results`).
     backoff: WriteBackoff = field(default_factory=write_backoff)
+
+    @property
+    def findings(self) -> list[Finding] | None:
+        """The last pass's (None: not checked yet)."""
+        return self.published.findings
 
     # -- requests ---------------------------------------------------------------------------
     def request(self) -> None:
@@ -205,12 +203,13 @@ class VolcanoReconciler:
 
     async def read(self) -> ClusterSnapshot:
         self._read_at = self.now()
+        cache = self.cache
         return await read_snapshot(
             self.api,
             self.config,
-            self.node_source(),
-            gpu_pods=self.pod_source(),
-            daemonsets=self.daemonset_source(),
+            cache.node_objects() if cache is not None else None,
+            gpu_pods=cache.gpu_pods() if cache is not None else None,
+            daemonsets=cache.daemonset_objects() if cache is not None else None,
         )
 
     async def reconcile(self) -> None:
@@ -220,11 +219,11 @@ class VolcanoReconciler:
         src = snapshot.scheduler_device_config
         self._scheduler_device = (src.namespace, src.name)
         results = await run_rules(snapshot)
-        self.findings = results.findings
+        self.published.findings = results.findings
         self.passes += 1
-        self._report(snapshot, results.findings)
-        self.last_snapshot, self.last_read_at = snapshot, self._read_at
-        self.on_snapshot(snapshot)
+        changed = self._report(snapshot, results.findings)
+        self.published.snapshot, self.published.read_at = snapshot, self._read_at
+        self.passed(snapshot, changed)
 
     # -- enforce ----------------------------------------------------------------------------
     async def _enforce(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
@@ -265,7 +264,8 @@ class VolcanoReconciler:
         return snapshot
 
     # -- reporting --------------------------------------------------------------------------
-    def _report(self, snapshot: ClusterSnapshot, findings: list[Finding]) -> None:
+    def _report(self, snapshot: ClusterSnapshot, findings: list[Finding]) -> bool:
+        """Metrics, logs and Events of the pass's findings; True when they changed."""
         metrics.export_findings(finding_counts(findings))
         logged = [
             f for f in findings if f.id in LOGGED_FINDINGS and finding_key(f) not in self._posted
@@ -284,20 +284,16 @@ class VolcanoReconciler:
         if left:
             self.request_at(self.now() + timedelta(seconds=self.options.min_pass_seconds))
         signature = frozenset(finding_key(f) for f in findings)
-        if signature != self._signature:
-            self._signature = signature
-            self.on_findings_changed()
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        return True
 
     def _post_normal(
         self, kind: str, namespace: str, name: str, uid: str, reason: str, message: str
     ) -> None:
         ref = kubeapi.object_ref(kind, name, namespace=namespace, uid=uid)
         self.post_event(ref, "Normal", reason, message)
-
-    def condition(self, nodes: frozenset[str]) -> ConditionValue | None:
-        if self.findings is None:
-            return None
-        return config_condition(self.findings, nodes, mode=self.config.mode)
 
 
 def _uids(s: ClusterSnapshot) -> dict[tuple[str, str, str], str]:

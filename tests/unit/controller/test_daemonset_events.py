@@ -1,13 +1,11 @@
-"""The controller's DaemonSet and pod sources for the configuration reconciler: which DaemonSet
-events ask for a pass, and the gate before the first pass (the pod index and the DaemonSet
-informer listed)."""
+"""Which DaemonSet events ask the controller for a configuration pass, and which DaemonSets its
+informer holds (the gate before the first pass is the cache's: `test_cache`)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from vgpu_operator.controller.app import Controller, Settings, after
+from vgpu_operator.controller.app import Controller, Settings
 from vgpu_operator.controller.informer import ADDED, MODIFIED, Change
 from vgpu_operator.controller.snapshot import compact_daemonset
 from vgpu_operator.controller.volcano import VolcanoOptions
@@ -59,24 +57,6 @@ async def test_another_daemonset_asks_for_a_pass_only_when_its_spec_changes() ->
     assert asked == [True, True]
 
 
-async def test_no_configuration_pass_before_pods_and_daemonsets_are_listed() -> None:
-    ctl, _ = controller()
-    started = asyncio.Event()
-
-    async def first_pass() -> None:
-        started.set()
-
-    assert ctl.gpu_pods() is None and ctl.daemonset_objects() is None
-    task = asyncio.create_task(after(ctl.wait_sources(), first_pass()))
-    ctl.pods.synced.set()
-    await asyncio.sleep(0.05)
-    assert not started.is_set()
-    ctl.daemonsets.synced.set()
-    await asyncio.wait_for(task, 5)
-    assert started.is_set()
-    assert ctl.gpu_pods() == [] and ctl.daemonset_objects() == []
-
-
 async def test_same_named_daemonsets_in_two_namespaces_are_both_held() -> None:
     """The plugin is found by namespace and name: a DaemonSet of the same name in another
     namespace (a copy left in `volcano-system` by a hand install, say) must neither
@@ -84,7 +64,8 @@ async def test_same_named_daemonsets_in_two_namespaces_are_both_held() -> None:
     ctl, _ = controller()
     plugin = daemonset("kube-system", "volcano-device-plugin", "1", image="hami:v2.5")
     stray = daemonset("volcano-system", "volcano-device-plugin", "2", image="other:1")
-    await ctl.daemonsets._listed(Listing([plugin, stray], "2"))
-    assert len(ctl.daemonset_objects() or []) == 2
-    held = ctl.plugin_daemonset()
+    assert ctl.cache.daemonsets is not None
+    await ctl.cache.daemonsets._listed(Listing([plugin, stray], "2"))
+    assert len(ctl.cache.daemonset_objects() or []) == 2
+    held = ctl.cache.plugin_daemonset()
     assert held is not None and held["metadata"]["namespace"] == "kube-system"

@@ -1,6 +1,6 @@
 """Kopf's policy handlers (`controller.handlers`) only wake the reconcilers and wait for their
-release; the release is the reconciler's decision (`PolicyWrites._report_releases`), made from
-the nodes it holds."""
+release; the release is the reconciler's decision (its status writer's
+`PolicyStatusWriter.report_releases`), made from the nodes it holds."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from typing import Any
 import kopf
 import pytest
 
+from tests.kit.cachekit import empty_cache
 from vgpu_operator import contract
 from vgpu_operator.controller.app import Settings
 from vgpu_operator.controller.handlers import build_registry
 from vgpu_operator.controller.kept import policy_entry
-from vgpu_operator.controller.reconciler import Reconciler, ReconcilerOptions
+from vgpu_operator.controller.policy_writes import PolicyStatusWriter
+from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runtime import Runtime
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.kubeapi.credentials import Credentials
@@ -111,22 +113,29 @@ def labelled(name: str, policy: str | None) -> Any:
     return node_facts({"metadata": {"name": name, "resourceVersion": "1", "labels": labels}})
 
 
+def status_writer(full: list[bool]) -> PolicyStatusWriter:
+    """The policy reconciler's status writer, its requests for a full pass recorded."""
+    no_api: Any = None  # releases make no request
+    return PolicyStatusWriter(no_api, lambda *_: None, empty_cache(), lambda: full.append(True))
+
+
 async def test_the_release_is_reported_by_the_pass_that_finds_no_node_held() -> None:
-    reconciler = Reconciler(api=None, snapshot=lambda: ({}, {}), post_event=lambda *_: None)  # type: ignore[arg-type]
+    full: list[bool] = []
+    writer = status_writer(full)
     policies = {"p": deleting_policy("p")}
-    waiting = asyncio.create_task(reconciler.wait_released("p", timeout=2))
+    waiting = asyncio.create_task(writer.wait_released("p", timeout=2))
     await asyncio.sleep(0)
-    assert reconciler._full  # the wait asks for a full pass
-    reconciler._report_releases({"n1": labelled("n1", "p"), "n2": labelled("n2", None)}, policies)
+    assert full  # the wait asks for a full pass
+    writer.report_releases({"n1": labelled("n1", "p"), "n2": labelled("n2", None)}, policies)
     await asyncio.sleep(0.01)
-    assert not waiting.done() and reconciler.still_held["p"] == ["n1"]
-    reconciler._report_releases({"n1": labelled("n1", None)}, policies)
+    assert not waiting.done() and writer.still_held["p"] == ["n1"]
+    writer.report_releases({"n1": labelled("n1", None)}, policies)
     assert await asyncio.wait_for(waiting, 1) == []
 
 
 async def test_a_release_not_reported_in_time_names_the_nodes_still_held() -> None:
-    reconciler = Reconciler(api=None, snapshot=lambda: ({}, {}), post_event=lambda *_: None)  # type: ignore[arg-type]
-    waiting = asyncio.create_task(reconciler.wait_released("p", timeout=0.2))
+    writer = status_writer([])
+    waiting = asyncio.create_task(writer.wait_released("p", timeout=0.2))
     await asyncio.sleep(0)
-    reconciler._report_releases({"n1": labelled("n1", "p")}, {"p": deleting_policy("p")})
+    writer.report_releases({"n1": labelled("n1", "p")}, {"p": deleting_policy("p")})
     assert await waiting == ["n1"]

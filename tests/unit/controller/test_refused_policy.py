@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.kit.cachekit import StubCache
 from tests.kit.fakeapi import FakeApi, FakeNodes
 from vgpu_operator.controller.reconciler import Reconciler, ReconcilerOptions
 from vgpu_operator.core.nodes.validate import REFUSED_REASON
@@ -37,10 +38,9 @@ async def test_refused_policy_writes_no_node_and_warns_once(fake: FakeNodes) -> 
 
     r = Reconciler(
         api=None,  # type: ignore[arg-type]  # the stand-in ignores it
-        snapshot=fake.snapshot,
+        cache=StubCache(fake.snapshot, plugin=lambda: plugin[0]),
         post_event=post,
         options=ReconcilerOptions(resync_seconds=3600, status_interval=0.0),
-        plugin_values=lambda: plugin[0],
     )
     for _ in range(3):
         await r.reconcile(full=True, only=set())

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.kit.cachekit import empty_cache
 from vgpu_operator.controller.reconciler import Reconciler, ReconcilerOptions
 from vgpu_operator.waiting import wait_set
 
@@ -52,7 +53,7 @@ async def test_wait_set_keeps_a_cancel_that_meets_the_event() -> None:
 async def test_the_reconciler_stops_when_cancelled_as_work_is_requested() -> None:
     reconciler = Reconciler(
         api=None,  # type: ignore[arg-type]  # cancelled before any pass
-        snapshot=lambda: ({}, {}),
+        cache=empty_cache(),
         post_event=lambda *_: None,
         options=ReconcilerOptions(resync_seconds=3600),
     )

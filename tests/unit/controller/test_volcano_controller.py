@@ -147,6 +147,24 @@ def test_node_events_wake_it_only_when_the_registration_changes() -> None:
     assert r._wake.is_set()
 
 
+def test_a_pass_says_when_its_findings_changed() -> None:
+    """The end of each pass tells the controller whether the findings changed (it then asks
+    for the policies' ConfigConsistent condition again)."""
+    r = reconciler()
+    snap = healthy()
+    finding = Finding(
+        id="node-registration",
+        severity="error",
+        objects=(ObjectRef(kind="Node", name="gpu-a"),),
+        message="m",
+        fix="f",
+    )
+    assert r._report(snap, []) is True  # the first pass: nothing was known
+    assert r._report(snap, []) is False
+    assert r._report(snap, [finding]) is True
+    assert r._report(snap, [finding]) is False
+
+
 def _controller(volcano: bool = True) -> Controller:
     settings = Settings(credentials=Credentials(), volcano=VolcanoOptions(enabled=volcano))
     return Controller(settings, api=None)  # type: ignore[arg-type]  # makes no request
@@ -154,14 +172,15 @@ def _controller(volcano: bool = True) -> Controller:
 
 def test_policy_condition_before_and_after_the_first_check() -> None:
     state = _controller()
-    assert state.policy_conditions("p", frozenset()) == {}  # nothing known, nothing stored
+    condition = state.reconciler.status_writer.configuration_condition
+    assert condition("p", frozenset()) == {}  # nothing known, nothing stored
 
     stored = {"conditions": [{"type": CONDITION, "status": "False", "reason": "R", "message": "m"}]}
-    state.policies.index = {"p": [SimpleNamespace(status=stored)]}  # as Kopf's index holds it
+    state.cache.policies.index = {"p": [SimpleNamespace(status=stored)]}  # as Kopf's index holds it
     # before the first check the policy keeps what it has: no status write for the wait
-    assert state.policy_conditions("p", frozenset()) == {CONDITION: ("False", "R", "m")}
-    assert state.volcano is not None
-    state.volcano.findings = [
+    assert condition("p", frozenset()) == {CONDITION: ("False", "R", "m")}
+    assert state.configuration is not None  # what the configuration reconciler publishes
+    state.configuration.findings = [
         Finding(
             id="node-registration",
             severity="error",
@@ -170,9 +189,10 @@ def test_policy_condition_before_and_after_the_first_check() -> None:
             fix="f",
         )
     ]
-    assert state.policy_conditions("p", frozenset({"mine"}))[CONDITION][0] == "True"
-    assert state.policy_conditions("p", frozenset({"other"}))[CONDITION][0] == "False"
-    assert _controller(volcano=False).policy_conditions("p", frozenset()) == {}
+    assert condition("p", frozenset({"mine"}))[CONDITION][0] == "True"
+    assert condition("p", frozenset({"other"}))[CONDITION][0] == "False"
+    off = _controller(volcano=False).reconciler.status_writer
+    assert off.configuration_condition("p", frozenset()) == {}
 
 
 def test_an_on_delete_daemonset_is_restarted_by_deleting_its_pods() -> None:

@@ -1,4 +1,4 @@
-"""What the controller's watch callbacks ask for, and the gate before the first pass.
+"""What the controller's watch callbacks ask for, and how a gated pass is started.
 
 The callbacks only turn events into requests for work; the reconciler here records them.
 """
@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from types import SimpleNamespace
 from typing import Any
 
+from tests.kit.volcano_fixtures import healthy
 from vgpu_operator import contract
 from vgpu_operator.controller.app import Controller, Settings, after
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
@@ -20,14 +22,22 @@ from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
 
 class Requests:
-    """Stands in for the Reconciler's request side (the only part the callbacks use)."""
+    """Stands in for the Reconciler's request side and its node writer's memory of its own
+    writes (the only parts the callbacks use)."""
 
     def __init__(self, own: set[str] | None = None) -> None:
         self.nodes: list[list[str]] = []
+        self.full = 0
         self.own = own or set()
+        self.node_writer = self
+        self.rollout = SimpleNamespace(waiting_on_configuration=frozenset())
+        self.observer = None
 
     def request_nodes(self, names: list[str]) -> None:
         self.nodes.append(list(names))
+
+    def request_full(self) -> None:
+        self.full += 1
 
     def is_own_write(self, name: str, facts: NodeFacts) -> bool:
         return facts.resource_version in self.own
@@ -102,37 +112,29 @@ async def test_a_new_registration_wakes_a_node_in_transition_only() -> None:
     assert requests.nodes == [["n"]]  # no transition: the configuration pass reads it alone
 
 
-def unlisted() -> Controller:
-    """A controller whose two informers have not delivered their first listing yet."""
-    return controller()
-
-
-async def test_no_pass_before_both_nodes_and_policies_are_listed() -> None:
-    state = unlisted()
-    started = asyncio.Event()
-
-    async def first_pass() -> None:
-        started.set()
-
-    task = asyncio.create_task(after(state.wait_synced(), first_pass()))
-    state.nodes.synced.set()
-    await asyncio.sleep(0.05)
-    assert not started.is_set()
-    assert state.node_objects() is not None  # the configuration rules need only the nodes
-    state.policies.synced.set()
-    await asyncio.wait_for(task, 5)
-    assert started.is_set()
+def test_a_configuration_pass_asks_for_what_its_snapshot_and_findings_change() -> None:
+    """Its findings changed: a full pass (the policies' ConfigConsistent condition); nodes
+    whose next step waited for a configuration pass: a pass over them; else nothing."""
+    requests = Requests()
+    state = controller(requests)
+    state.configuration_passed(healthy(), findings_changed=False)
+    assert (requests.full, requests.nodes) == (0, [])
+    state.configuration_passed(healthy(), findings_changed=True)
+    assert (requests.full, requests.nodes) == (1, [])
+    requests.rollout.waiting_on_configuration = frozenset({"gpu-a"})
+    state.configuration_passed(healthy(), findings_changed=False)
+    assert (requests.full, requests.nodes) == (1, [["gpu-a"]])
 
 
 async def test_a_gated_pass_that_is_cancelled_before_it_starts_leaves_no_coroutine() -> None:
-    state = unlisted()
+    state = controller()  # its informers have not delivered their first listing
     ran = []
 
     async def first_pass() -> None:
         ran.append(True)
 
     then = first_pass()
-    task = asyncio.create_task(after(state.wait_synced(), then))
+    task = asyncio.create_task(after(state.cache.wait_synced(), then))
     await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

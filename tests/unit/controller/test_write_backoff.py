@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.kit.cachekit import StubCache
 from tests.kit.fakeapi import FakeApi, FakeNodes
 from tests.kit.nodekit import HAMI
 from vgpu_operator import kubeapi
@@ -33,13 +34,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNodes:
 def reconciler(fake: FakeNodes, backoff: Backoff[str], clock: Any = None) -> Reconciler:
     r = Reconciler(
         api=None,  # type: ignore[arg-type]  # the stand-in ignores it
-        snapshot=fake.snapshot,
+        cache=StubCache(fake.snapshot),
         post_event=lambda *_: None,
         options=ReconcilerOptions(resync_seconds=3600, status_interval=0.0),
         node_backoff=backoff,
     )
     if clock is not None:
-        r.clock = clock
+        r.node_writer.clock = clock
     return r
 
 
@@ -51,7 +52,7 @@ async def test_a_refused_node_waits_for_its_backoff_and_the_others_are_written(
     fake.refuse("n1", invalid())
     await r.reconcile(full=True, only=set())
     assert fake.count() == Counter({"n1": 1, "n2": 1, "n3": 1})
-    assert r.node_backoff.failing() == {"n1": (1, f"422 {DENIED}", 1000.0)}
+    assert r.node_writer.backoff.failing() == {"n1": (1, f"422 {DENIED}", 1000.0)}
     [status] = fake.status
     [problem] = status["problemNodes"]
     assert (problem["node"], problem["reason"]) == ("n1", "WriteFailed")
@@ -68,7 +69,7 @@ async def test_a_refused_node_waits_for_its_backoff_and_the_others_are_written(
     now[0] = 1001.0  # due: tried again, refused again, twice as long now
     await r.reconcile(full=False, only={"n1"})
     assert fake.count()["n1"] == 2
-    failure = r.node_backoff.get("n1")
+    failure = r.node_writer.backoff.get("n1")
     assert failure is not None and (failure.attempts, failure.next_at) == (2, 1003.0)
 
     # The refusal goes away: the next due pass writes it, and the status forgets it.
@@ -76,7 +77,7 @@ async def test_a_refused_node_waits_for_its_backoff_and_the_others_are_written(
     now[0] = 1003.0
     await r.reconcile(full=False, only={"n1"})
     assert fake.count() == Counter({"n1": 3, "n2": 1, "n3": 1})
-    assert len(r.node_backoff) == 0
+    assert len(r.node_writer.backoff) == 0
     assert fake.status[-1]["problemNodes"] == []
 
 
@@ -90,7 +91,7 @@ async def test_retry_after_is_honoured(fake: FakeNodes) -> None:
         ),
     )
     await r.reconcile(full=True, only=set())
-    failure = r.node_backoff.get("n2")
+    failure = r.node_writer.backoff.get("n2")
     assert failure is not None and failure.next_at == 55.0
     assert failure.message == "429 slow down"
     now[0] = 54.9
@@ -105,7 +106,7 @@ async def test_conflicts_and_deleted_nodes_are_not_backed_off(fake: FakeNodes) -
     await r.reconcile(full=True, only=set())
     # n1: read again and planned again, `conflict_retries` times; n3 is gone
     assert fake.count() == Counter({"n1": 4, "n2": 1, "n3": 1})
-    assert len(r.node_backoff) == 0
+    assert len(r.node_writer.backoff) == 0
 
 
 async def test_the_reconciler_wakes_itself_when_a_node_is_due(fake: FakeNodes) -> None:

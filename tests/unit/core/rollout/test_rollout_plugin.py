@@ -11,6 +11,7 @@ from typing import Any
 from tests.kit.rollout_world import HAMI, MIG, T0, World, spec
 from tests.kit.volcano_fixtures import healthy, replace
 from vgpu_operator import contract
+from vgpu_operator.controller.cache import ConfigurationState
 from vgpu_operator.controller.rollout import PluginReadings
 from vgpu_operator.core.rollout.plugin import (
     PluginReading,
@@ -208,14 +209,14 @@ def test_readings_from_the_configuration_snapshot() -> None:
 
 def test_the_controller_reads_nothing_before_the_first_configuration_pass() -> None:
     snap = healthy()
-    last: list[tuple[Any, Any] | None] = [None]
-    readings = PluginReadings(lambda: last[0], enforced=True)
-    assert readings(["gpu-a"]) == {}  # no configuration reconciler: nothing waited for
-    last[0] = (None, None)  # it runs, but has not finished a pass yet
+    # no configuration reconciler: nothing waited for
+    assert PluginReadings(None, enforced=True)(["gpu-a"]) == {}
+    published = ConfigurationState()  # it runs, but has not finished a pass yet
+    readings = PluginReadings(published, enforced=True)
     unknown = readings(["gpu-a"])["gpu-a"]
     assert unknown.running and unknown.entry is None
     assert not plugin_left(unknown, T0) and not entry_rendered(unknown, "{}")
-    last[0] = (snap, T0)
+    published.snapshot, published.read_at = snap, T0
     got = readings(["gpu-a", "gpu-new"])
     assert got["gpu-a"].read_at == T0 and got["gpu-a"].running
     assert got["gpu-new"].running  # a node the snapshot does not have yet: unknown
