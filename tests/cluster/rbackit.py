@@ -4,15 +4,16 @@ decided and why, and the SubjectAccessReview that asks it again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, config
 
 from vgpu_devcluster.install import (
     AGENT_USER,
@@ -52,6 +53,17 @@ _NEEDLES = (
 # (its readyz check `informer-sync` waits for them), so a client reconnecting at once is refused
 # for a moment; the local control plane restarts its apiserver in test_apiserver_restart.py.
 START_SECONDS = 5.0
+
+
+@contextlib.asynccontextmanager
+async def acting_as(kubeconfig: Path, user: str) -> AsyncIterator[client.ApiClient]:
+    """The admin impersonating `user` (a ServiceAccount: the apiserver adds its groups): RBAC
+    and admission judge `user`, and the audit log names the admin as the user and `user` as
+    `impersonatedUser` (test_rbac_audit.py leaves such probes out of its session check)."""
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    api.set_default_header("Impersonate-User", user)
+    async with api:
+        yield api
 
 
 def session_events(audit_log: Path) -> list[dict[str, Any]]:

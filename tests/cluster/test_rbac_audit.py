@@ -26,11 +26,12 @@ log. Its rule:
   `rbackit.as_released`). A Helm release's RBAC is uninstalled by then, so for its accounts the
   binding RBAC allowed each call by (`authorization.k8s.io/reason`) must be one the chart
   renders for that release (or one of Kubernetes' own grants to every authenticated user).
-- Left out, and why: the refusal probes of this file, test_write_backoff.py and
-  test_agent_process.py (the agent may not read policies). The admin makes
-  them impersonating a ServiceAccount (RBAC and admission then judge the ServiceAccount), so the
-  audit log names the admin as the user and the ServiceAccount as `impersonatedUser`; each probe
-  asserts its own refusal. The operator, the agent and the cleanup never impersonate.
+- Left out, and why: the refusal probes of this file, test_write_backoff.py,
+  test_impersonation_matrix.py and test_agent_process.py (the agent may not read policies). The
+  admin makes them impersonating a ServiceAccount (RBAC and admission then judge the
+  ServiceAccount), so the audit log names the admin as the user and the ServiceAccount as
+  `impersonatedUser`; each probe asserts its own refusal. The operator, the agent and the
+  cleanup never impersonate.
 
 When this file runs alone, its own scenario runs first: the controller, a node agent and the
 pre-delete hook's cleanup, all under the chart's ServiceAccounts, on a Volcano + HAMi install; it
@@ -42,16 +43,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from tests.cluster import rbackit
 from tests.cluster.agentkit import Agents, GpuNode, agent_kubeconfig_path, agents
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
+from tests.cluster.rbackit import acting_as
 from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, VolcanoEnv, hami, steady, volcano_env
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster.agentproc import FakeGpus, fake_model
@@ -158,16 +159,6 @@ async def test_operator_agent_and_cleanup_hook_run_under_the_chart_service_accou
 
 
 # -- what the chart does not grant is refused ---------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def acting_as(kubeconfig: Path, user: str) -> AsyncIterator[client.ApiClient]:
-    """The admin impersonating `user` (a ServiceAccount: the apiserver adds its groups): RBAC
-    and admission judge `user`, and the audit log names the admin (see the module docstring)."""
-    api = await config.new_client_from_config(config_file=str(kubeconfig))
-    api.set_default_header("Impersonate-User", user)
-    async with api:
-        yield api
 
 
 async def refused(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> str:

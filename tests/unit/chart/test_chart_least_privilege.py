@@ -53,6 +53,9 @@ def _everything(values: dict[str, str] | None = None) -> list[Doc]:
 
 # -- admission policies: always rendered ------------------------------------------------------
 
+# the plugin DaemonSets' and the scheduler Deployment's fields (admission-policies.yaml)
+WORKLOADS_POLICY = "vgpu-operator-workloads"
+
 
 def test_helm_template_with_no_flags_renders_every_admission_policy_and_binding() -> None:
     done = _helm("template", str(chart_dir()))
@@ -64,11 +67,25 @@ def test_helm_template_with_no_flags_renders_every_admission_policy_and_binding(
         for d in docs
         if d["kind"] == "ValidatingAdmissionPolicyBinding"
     }
-    assert policies == {OPERATOR_ADMISSION_POLICY, AGENT_ADMISSION_POLICY}
+    assert policies == {OPERATOR_ADMISSION_POLICY, AGENT_ADMISSION_POLICY, WORKLOADS_POLICY}
     assert {b["policyName"] for b in bindings.values()} == policies
     assert all(b["validationActions"] == ["Deny"] for b in bindings.values()), bindings
     for policy in (d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"):
         assert policy["spec"]["failurePolicy"] == "Fail", policy["metadata"]["name"]
+
+
+def test_evictions_are_refused_in_kube_system_and_the_denied_namespaces() -> None:
+    """The objects policy refuses the controller's evictions in kube-system (always), in
+    admissionPolicies.evictions.deniedNamespaces and in a namespace labelled
+    vgpu.volcano.sh/evictions=deny; the namespaces are in its CEL, once each."""
+    values = {"admissionPolicies.evictions.deniedNamespaces": "{team-a,kube-system}"}
+    docs = render_chart("admission-policies.yaml", values=values)
+    policy = next(d for d in docs if d["metadata"]["name"] == OPERATOR_ADMISSION_POLICY)
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert any(r["resources"] == ["pods/eviction"] for r in rules), rules
+    cel = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert '["kube-system","team-a"]' in cel, cel
+    assert "'vgpu.volcano.sh/evictions'" in cel
 
 
 ACTION = re.compile(r"\{\{(?!-?\s*/\*).*?\}\}", re.DOTALL)  # a template action, not a comment

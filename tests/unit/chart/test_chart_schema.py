@@ -134,6 +134,10 @@ def test_anything_under_global_is_accepted() -> None:
         ("config.deviceDefaults.deviceSplitCount=500", "/config/deviceDefaults/deviceSplitCount"),
         ("config.resourceNames.count=not a name", "/config/resourceNames"),
         ("admissionPolicies.enabled=maybe", "/admissionPolicies/enabled"),
+        (
+            "admissionPolicies.evictions.deniedNamespaces[0]=Not_A_Namespace",
+            "/admissionPolicies/evictions/deniedNamespaces/0",
+        ),
         ("rbac.pluginPodLabels.x.y.z=1", "/rbac/pluginPodLabels/x/y"),
         ("tolerations[0].operator=Sometimes", "/tolerations/0/operator"),
         ("topologySpreadConstraints[0].whenUnsatisfiable=Never", "/topologySpreadConstraints/0"),

@@ -1,0 +1,633 @@
+"""Least privilege as a matrix: the chart's ServiceAccounts (the controller's, the node agent's,
+the uninstall hook's), as the chart installs them (RBAC and the admission policies of
+admission-policies.yaml), asked by the admin impersonating each (`acting_as`; the agent with a
+token bound to its pod, whose node-name and pod-name claims its admission policy reads) to do
+what the chart must not let them: every row is refused (403), by RBAC or by the admission
+policy the row names, and the allowed rows, the calls the operator, the agent and the hook
+really make, are not. Writes are server-side dry runs (`dryRun=All`: admission runs, nothing is
+stored), so a rule that failed to refuse would still leave the cluster as it was. The agent's
+rows that RBAC refuses are asked impersonating it too (RBAC reads no claim): every request made
+with its own token must be one the chart grants (test_rbac_audit.py's session check).
+
+Two install paths: the chart's templates applied as `vgpu_devcluster.install` renders them
+(`helm template`, the session's install), and a `helm install` release under a fullname and
+namespace of its own (the uninstall hook's ServiceAccount exists only while `helm uninstall`
+runs: its rows are left out there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from tests.cluster.helpers import NodeFactory, unique
+from tests.cluster.rbackit import acting_as
+from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, SCHED_NS, VolcanoEnv, volcano_env
+from vgpu_devcluster import binaries
+from vgpu_devcluster.cluster import write_kubeconfig
+from vgpu_devcluster.install import (
+    OPERATOR_NAMESPACE,
+    chart_dir,
+    ensure_namespace,
+    install_agent_access,
+    install_agent_admission,
+    install_cleanup_access,
+    remove,
+)
+from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.snapshot import workload_path
+
+pytestmark = pytest.mark.cluster
+
+__all__ = ["volcano_env"]
+
+STRATEGIC = "application/strategic-merge-patch+json"
+DRY_RUN = {"dryRun": "All"}
+SCHED_DEPLOY = "volcano-scheduler"
+RBAC = "rbac"  # refused by the authorizer: "... cannot <verb> resource ..."
+OBJECTS = "vgpu-operator-objects"  # refused by this ValidatingAdmissionPolicy
+WORKLOADS = "vgpu-operator-workloads"
+AGENT_NODE = "vgpu-operator-agent-own-node"
+DENY_LABEL = "vgpu.volcano.sh/evictions"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request: who, what, and (for a forbidden row) who refuses it."""
+
+    what: str
+    who: str  # "operator", "agent", "hook"
+    method: str
+    path: str
+    body: Any = None
+    content_type: str = kubeapi.MERGE_PATCH
+    refused_by: str = ""  # RBAC or a policy's name; "" for an allowed row
+    query: dict[str, str] = field(default_factory=lambda: dict(DRY_RUN))
+
+
+@dataclass
+class Scene:
+    """What the rows are about: the objects made for the test."""
+
+    node_a: str  # the agent's pod runs here
+    node_b: str
+    agent_pod: str
+    plugin_container: str
+    plugin_args: list[str]
+    scheduler_container: str
+    host_pid: bool
+    kube_system_pod: str  # a pod in kube-system that is not the plugin's
+    evictable: str  # namespace/name: a pod in a namespace with no opt-out
+    opted_out: str  # namespace/name: a pod in a namespace labelled vgpu.volcano.sh/evictions=deny
+    fullname: str = "vgpu-operator"  # the release's fullname: its policies' and accounts' names
+    namespace: str = OPERATOR_NAMESPACE  # the release namespace (the agent's pod runs there)
+
+    def policy(self, name: str) -> str:
+        """A policy of this install by its default name (`vgpu-operator-objects`, ...)."""
+        return self.fullname + name.removeprefix("vgpu-operator")
+
+
+async def helm(kubeconfig: Path, *args: str, timeout: float = 180) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        str(binaries.ensure("helm")),
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, f"helm {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
+
+
+def ds_path() -> str:
+    return workload_path("DaemonSet", PLUGIN_NS, PLUGIN_DS)
+
+
+def deploy_path() -> str:
+    return workload_path("Deployment", SCHED_NS, SCHED_DEPLOY)
+
+
+def template(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": spec}}}
+
+
+def event(namespace: str, kind: str, name: str, ref_namespace: str = "") -> dict[str, Any]:
+    involved = {"kind": kind, "name": name, "apiVersion": "v1"}
+    if ref_namespace:
+        involved["namespace"] = ref_namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": unique("ev"), "namespace": namespace},
+        "involvedObject": involved,
+        "reason": "Test",
+        "message": "impersonation matrix",
+        "type": "Normal",
+        "source": {"component": "vgpu-operator-agent"},
+    }
+
+
+def eviction(key: str, **delete_options: Any) -> tuple[str, dict[str, Any]]:
+    namespace, _, name = key.partition("/")
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    if delete_options:
+        body["deleteOptions"] = delete_options
+    return f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body
+
+
+def forbidden_rows(s: Scene) -> list[Row]:
+    c = s.plugin_container
+    node_a, node_b = kubeapi.node_path(s.node_a), kubeapi.node_path(s.node_b)
+    evict_system = eviction(f"kube-system/{s.kube_system_pod}")
+    evict_opted_out = eviction(s.opted_out)
+    evict_now = eviction(s.evictable, gracePeriodSeconds=0)
+    taint = {"key": "example.com/anything", "value": "x", "effect": "NoExecute"}
+    rows = [
+        # -- the controller: the plugin DaemonSet, beyond args, nodeSelector, tolerations --
+        Row("DS image", "operator", "PATCH", ds_path(),
+            template({"containers": [{"name": c, "image": "evil.example.com/x:1"}]}),
+            STRATEGIC, WORKLOADS),
+        Row("DS serviceAccountName", "operator", "PATCH", ds_path(),
+            template({"serviceAccountName": "default"}), STRATEGIC, WORKLOADS),
+        Row("DS hostPID", "operator", "PATCH", ds_path(),
+            template({"hostPID": not s.host_pid}), STRATEGIC, WORKLOADS),
+        Row("DS hostNetwork", "operator", "PATCH", ds_path(),
+            template({"hostNetwork": True}), STRATEGIC, WORKLOADS),
+        Row("DS hostPath volume /", "operator", "PATCH", ds_path(),
+            template({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+            STRATEGIC, WORKLOADS),
+        Row("DS privileged container", "operator", "PATCH", ds_path(),
+            template({"containers": [{"name": c, "securityContext": {"privileged": True}}]}),
+            STRATEGIC, WORKLOADS),
+        Row("DS container command", "operator", "PATCH", ds_path(),
+            template({"containers": [{"name": c, "command": ["/bin/sh", "-c", "id"]}]}),
+            STRATEGIC, WORKLOADS),
+        Row("DS container env", "operator", "PATCH", ds_path(),
+            template({"containers": [{"name": c, "env": [{"name": "X", "value": "y"}]}]}),
+            STRATEGIC, WORKLOADS),
+        Row("DS initContainer", "operator", "PATCH", ds_path(),
+            template({"initContainers": [{"name": "i", "image": "busybox"}]}),
+            STRATEGIC, WORKLOADS),
+        Row("DS object label", "operator", "PATCH", ds_path(),
+            {"metadata": {"labels": {"example.com/x": "y"}}}, kubeapi.MERGE_PATCH, WORKLOADS),
+        Row("DS foreign object annotation", "operator", "PATCH", ds_path(),
+            {"metadata": {"annotations": {"example.com/x": "y"}}}, kubeapi.MERGE_PATCH,
+            WORKLOADS),
+        Row("DS template annotation", "operator", "PATCH", ds_path(),
+            {"spec": {"template": {"metadata": {"annotations": {"example.com/x": "y"}}}}},
+            STRATEGIC, WORKLOADS),
+        Row("DS updateStrategy", "operator", "PATCH", ds_path(),
+            {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}},
+            STRATEGIC, WORKLOADS),
+        Row("DS priorityClassName", "operator", "PATCH", ds_path(),
+            template({"priorityClassName": "example-high"}), STRATEGIC, WORKLOADS),
+        # -- the controller: the scheduler Deployment --
+        Row("Deployment image", "operator", "PATCH", deploy_path(),
+            template({"containers": [{"name": s.scheduler_container, "image": "evil:1"}]}),
+            STRATEGIC, WORKLOADS),
+        Row("Deployment replicas", "operator", "PATCH", deploy_path(),
+            {"spec": {"replicas": 0}}, kubeapi.MERGE_PATCH, WORKLOADS),
+        Row("Deployment serviceAccountName", "operator", "PATCH", deploy_path(),
+            template({"serviceAccountName": "default"}), STRATEGIC, WORKLOADS),
+        # -- the controller: objects RBAC or the objects policy keep from it --
+        Row("create kube-system/aws-auth", "operator", "POST",
+            "/api/v1/namespaces/kube-system/configmaps",
+            {"metadata": {"name": "aws-auth"}, "data": {"mapRoles": "[]"}}, refused_by=OBJECTS),
+        Row("delete a kube-system pod not the plugin's", "operator", "DELETE",
+            f"/api/v1/namespaces/kube-system/pods/{s.kube_system_pod}", refused_by=OBJECTS),
+        Row("evict in kube-system", "operator", "POST", evict_system[0], evict_system[1],
+            refused_by=OBJECTS),
+        Row("evict in an opted-out namespace", "operator", "POST", evict_opted_out[0],
+            evict_opted_out[1], refused_by=OBJECTS),
+        Row("evict with gracePeriodSeconds 0", "operator", "POST", evict_now[0], evict_now[1],
+            refused_by=OBJECTS),
+        Row("operator changes a Node's finalizers", "operator", "PATCH", node_b,
+            {"metadata": {"finalizers": ["example.com/keep"]}}, refused_by=OBJECTS),
+        Row("operator changes a Node's ownerReferences", "operator", "PATCH", node_b,
+            {"metadata": {"ownerReferences": [
+                {"apiVersion": "v1", "kind": "Namespace", "name": "default", "uid": "0"}]}},
+            refused_by=OBJECTS),
+        Row("operator changes a Node's providerID", "operator", "PATCH", node_b,
+            {"spec": {"providerID": "kwok://elsewhere"}}, refused_by=OBJECTS),
+        Row("patch kube-proxy DaemonSet", "operator", "PATCH",
+            workload_path("DaemonSet", "kube-system", "kube-proxy"),
+            {"metadata": {"labels": {"x": "y"}}}, refused_by=RBAC),
+        Row("patch coredns ConfigMap", "operator", "PATCH",
+            "/api/v1/namespaces/kube-system/configmaps/coredns", {"data": {"x": "y"}},
+            refused_by=RBAC),
+        Row("read Secrets", "operator", "GET", "/api/v1/namespaces/kube-system/secrets",
+            refused_by=RBAC, query={}),
+        Row("create a Node", "operator", "POST", "/api/v1/nodes",
+            {"metadata": {"name": unique("fake")}}, refused_by=RBAC),
+        Row("delete a Node", "operator", "DELETE", node_b, refused_by=RBAC),
+        Row("delete the scheduler Deployment", "operator", "DELETE", deploy_path(),
+            refused_by=RBAC),
+        Row("create a pod", "operator", "POST", "/api/v1/namespaces/kube-system/pods",
+            {"metadata": {"name": "x"},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}, refused_by=RBAC),
+        Row("create a ClusterRoleBinding", "operator", "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {"metadata": {"name": unique("crb")},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "cluster-admin"},
+             "subjects": [{"kind": "User", "name": "x"}]}, refused_by=RBAC),
+        Row("delete its own admission policy binding", "operator", "DELETE",
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+            + s.policy(OBJECTS),
+            refused_by=RBAC),
+        # -- the agent --
+        Row("agent patches another Node", "agent", "PATCH", node_b,
+            {"metadata": {"labels": {contract.LABEL_STATE: "success"}}}, refused_by=AGENT_NODE),
+        Row("agent changes its Node's finalizers", "agent", "PATCH", node_a,
+            {"metadata": {"finalizers": ["example.com/keep"]}}, refused_by=AGENT_NODE),
+        Row("agent changes its Node's ownerReferences", "agent", "PATCH", node_a,
+            {"metadata": {"ownerReferences": [
+                {"apiVersion": "v1", "kind": "Namespace", "name": "default", "uid": "0"}]}},
+            refused_by=AGENT_NODE),
+        Row("agent taints its Node", "agent", "PATCH", node_a,
+            {"spec": {"taints": [taint]}}, refused_by=AGENT_NODE),
+        Row("agent cordons its Node", "agent", "PATCH", node_a,
+            {"spec": {"unschedulable": True}}, refused_by=AGENT_NODE),
+        Row("agent sets a foreign label", "agent", "PATCH", node_a,
+            {"metadata": {"labels": {"example.com/foreign": "x"}}}, refused_by=AGENT_NODE),
+        Row("agent sets the operator's config annotation", "agent", "PATCH", node_a,
+            {"metadata": {"annotations": {contract.ANN_CONFIG: "{}"}}}, refused_by=AGENT_NODE),
+        Row("agent Event in kube-system", "agent", "POST",
+            "/api/v1/namespaces/kube-system/events",
+            event("kube-system", "Pod", s.kube_system_pod, "kube-system"), refused_by=AGENT_NODE),
+        Row("agent Event about another Node", "agent", "POST", "/api/v1/namespaces/default/events",
+            event("default", "Node", s.node_b), refused_by=AGENT_NODE),
+        Row("agent Event about another pod", "agent", "POST",
+            f"/api/v1/namespaces/{s.namespace}/events",
+            event(s.namespace, "Pod", "someone-else", s.namespace),
+            refused_by=AGENT_NODE),
+        Row("agent events.k8s.io Event in kube-system", "agent", "POST",
+            "/apis/events.k8s.io/v1/namespaces/kube-system/events",
+            {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+             "metadata": {"name": unique("ev"), "namespace": "kube-system"},
+             "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "x/y",
+             "reportingInstance": "x", "action": "Test", "reason": "Test", "type": "Normal",
+             "regarding": {"kind": "Node", "name": s.node_a}}, refused_by=AGENT_NODE),
+        Row("agent deletes its Node", "agent", "DELETE", node_a, refused_by=RBAC),
+        Row("agent evicts a pod", "agent", "POST", eviction(s.evictable)[0],
+            eviction(s.evictable)[1], refused_by=RBAC),
+        Row("agent patches the plugin DaemonSet", "agent", "PATCH", ds_path(),
+            {"metadata": {"labels": {"x": "y"}}}, refused_by=RBAC),
+        # -- the uninstall hook --
+        Row("hook DS image", "hook", "PATCH", ds_path(),
+            template({"containers": [{"name": c, "image": "evil.example.com/x:1"}]}),
+            STRATEGIC, WORKLOADS),
+        Row("hook DS hostPID", "hook", "PATCH", ds_path(),
+            template({"hostPID": not s.host_pid}), STRATEGIC, WORKLOADS),
+        Row("hook evicts a pod", "hook", "POST", eviction(s.evictable)[0],
+            eviction(s.evictable)[1], refused_by=RBAC),
+    ]  # fmt: skip
+    # this install's policy names
+    return [
+        r if r.refused_by == RBAC else dataclasses.replace(r, refused_by=s.policy(r.refused_by))
+        for r in rows
+    ]
+
+
+def allowed_rows(s: Scene) -> list[Row]:
+    """Calls the operator, the agent and the hook make (core/volcano/workload_writes.py,
+    controller/rollout.py, agent/nodeapi.py, commands/cleanup.py), dry runs."""
+    c = s.plugin_container
+    node_a = kubeapi.node_path(s.node_a)
+    restart = {
+        "spec": {
+            "template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "x"}}}
+        }
+    }
+    placement = template(
+        {
+            "nodeSelector": {contract.LABEL_DEVICE_PLUGIN: "hami"},
+            "tolerations": [{"key": "example.com/pool", "operator": "Exists"}],
+        }
+    )
+    placement["metadata"] = {"annotations": {contract.ANN_PLACEMENT: "{}"}}
+    evict = eviction(s.evictable)
+    return [
+        Row("DS args", "operator", "PATCH", ds_path(),
+            template({"containers": [{"name": c, "args": [*s.plugin_args, "--x=1"]}]}),
+            STRATEGIC),
+        Row("DS placement and its record", "operator", "PATCH", ds_path(), placement, STRATEGIC),
+        Row("DS rollout restart", "operator", "PATCH", ds_path(), restart, STRATEGIC),
+        Row("Deployment rollout restart", "operator", "PATCH", deploy_path(), restart,
+            STRATEGIC),
+        Row("Deployment args", "operator", "PATCH", deploy_path(),
+            template({"containers": [{"name": s.scheduler_container, "args": ["--x=1"]}]}),
+            STRATEGIC),
+        Row("node labels, taint, cordon", "operator", "PATCH", node_a,
+            {"metadata": {"labels": {contract.LABEL_STATE: "pending"}},
+             "spec": {"unschedulable": True,
+                      "taints": [{"key": "example.com/gpu-pool", "value": "x",
+                                  "effect": "NoSchedule"}]}}),
+        Row("evict a GPU pod", "operator", "POST", evict[0], evict[1]),
+        Row("agent state label", "agent", "PATCH", node_a,
+            {"metadata": {"labels": {contract.LABEL_STATE: "success"}}}),
+        Row("agent inventory annotation", "agent", "PATCH", node_a,
+            {"metadata": {"annotations": {contract.ANN_INVENTORY: "{}"}}}),
+        Row("agent Event about its Node", "agent", "POST", "/api/v1/namespaces/default/events",
+            event("default", "Node", s.node_a)),
+        Row("agent Event about its Pod", "agent", "POST",
+            f"/api/v1/namespaces/{s.namespace}/events",
+            event(s.namespace, "Pod", s.agent_pod, s.namespace)),
+        Row("hook removes placement", "hook", "PATCH", ds_path(),
+            template({"nodeSelector": None, "tolerations": []}), STRATEGIC),
+    ]  # fmt: skip
+
+
+async def ask(api: client.ApiClient, row: Row) -> dict[str, Any]:
+    return await kubeapi.request(
+        api,
+        row.method,
+        row.path,
+        body=row.body,
+        content_type=row.content_type if row.method == "PATCH" else kubeapi.JSON,
+        query=row.query or None,
+        field_manager=None,
+    )
+
+
+def refusal_of(row: Row, err: kubeapi.ApiError) -> str | None:
+    """None when `err` is the refusal the row expects, else what is wrong."""
+    body = str(err.body)
+    if err.status != 403:
+        return f"{err.status}: {body[:300]}"
+    if row.refused_by == RBAC:
+        by_rbac = " cannot " in body and "ValidatingAdmissionPolicy" not in body
+        return None if by_rbac else f"not refused by RBAC: {body[:300]}"
+    if f"ValidatingAdmissionPolicy '{row.refused_by}'" not in body:
+        return f"not refused by {row.refused_by}: {body[:300]}"
+    return None
+
+
+@contextlib.asynccontextmanager
+async def agent_on(
+    api: client.ApiClient, node: str, namespace: str, account: str, directory: Path
+) -> AsyncIterator[tuple[str, client.ApiClient]]:
+    """A pod of the agent's ServiceAccount on `node` and a client with a token bound to it (the
+    apiserver adds the node-name and pod-name claims)."""
+    pod = unique("agent")
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    body = {
+        "metadata": {"name": pod},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "containers": [{"name": "agent", "image": "vgpu-operator"}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+    created = await kubeapi.request(api, "POST", pods, body=body, field_manager=None)
+    try:
+        token = await kubeapi.request(
+            api,
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            body={
+                "spec": {
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {
+                        "kind": "Pod",
+                        "apiVersion": "v1",
+                        "name": pod,
+                        "uid": created["metadata"]["uid"],
+                    },
+                }
+            },
+            field_manager=None,
+        )
+        ca = api.configuration.ssl_ca_cert
+        path = write_kubeconfig(
+            directory / f"kubeconfig-agent-bound-{namespace}",
+            str(api.configuration.host),
+            str(token["status"]["token"]),
+            Path(ca) if ca else None,
+            f"system:serviceaccount:{namespace}:{account}",
+        )
+        async with await config.new_client_from_config(config_file=str(path)) as agent:
+            yield pod, agent
+    finally:
+        with contextlib.suppress(kubeapi.NotFound):
+            await kubeapi.request(api, "DELETE", f"{pods}/{pod}", query={"gracePeriodSeconds": "0"})
+
+
+async def make_pod(api: client.ApiClient, namespace: str, labels: dict[str, str]) -> str:
+    name = unique("victim")
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    await kubeapi.request(
+        api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body, field_manager=None
+    )
+    return name
+
+
+async def check_matrix(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    env: VolcanoEnv,
+    make_nodes: NodeFactory,
+    tmp_path: Path,
+    *,
+    fullname: str,
+    namespace: str,
+    hook: bool,
+) -> None:
+    """Every forbidden row refused as it says, every allowed row allowed, for the install whose
+    fullname and namespace are given (its ServiceAccounts, RBAC and policies in force; the
+    uninstall hook's only when `hook`)."""
+    sa = f"system:serviceaccount:{namespace}:"
+    node_a, node_b = await make_nodes("A100-SXM4-80GB", 2, gpus=1, prefix="matrix")
+    ds = await kubeapi.request(api, "GET", ds_path())
+    dep = await kubeapi.request(api, "GET", deploy_path())
+    plugin = ds["spec"]["template"]["spec"]
+    free, opted_out = unique("evictable"), unique("opted-out")
+    await ensure_namespace(api, free)
+    await kubeapi.request(
+        api,
+        "POST",
+        "/api/v1/namespaces",
+        body={"metadata": {"name": opted_out, "labels": {DENY_LABEL: "deny"}}},
+        field_manager=None,
+    )
+    victims = [
+        ("kube-system", await make_pod(api, "kube-system", {"app": "not-the-plugin"})),
+        (free, await make_pod(api, free, {"app": "gpu-job"})),
+        (opted_out, await make_pod(api, opted_out, {"app": "gpu-job"})),
+    ]
+    try:
+        async with (
+            agent_on(api, node_a, namespace, f"{fullname}-agent", tmp_path) as (agent_pod, agent),
+            acting_as(kubeconfig, f"{sa}{fullname}") as operator,
+            acting_as(kubeconfig, f"{sa}{fullname}-cleanup") as cleanup,
+            acting_as(kubeconfig, f"{sa}{fullname}-agent") as agent_impersonated,
+        ):
+            scene = Scene(
+                node_a=node_a,
+                node_b=node_b,
+                agent_pod=agent_pod,
+                plugin_container=plugin["containers"][0]["name"],
+                plugin_args=list(plugin["containers"][0].get("args") or []),
+                scheduler_container=dep["spec"]["template"]["spec"]["containers"][0]["name"],
+                host_pid=bool(plugin.get("hostPID")),
+                kube_system_pod=victims[0][1],
+                evictable=f"{free}/{victims[1][1]}",
+                opted_out=f"{opted_out}/{victims[2][1]}",
+                fullname=fullname,
+                namespace=namespace,
+            )
+            clients = {"operator": operator, "agent": agent, "hook": cleanup}
+            # RBAC's refusals of the agent are asked impersonating it (RBAC reads no claim):
+            # the session's audit check (test_rbac_audit.py) holds every request made with the
+            # agent's own token to be granted.
+            impersonated = {**clients, "agent": agent_impersonated}
+
+            def client_for(row: Row) -> client.ApiClient:
+                return (impersonated if row.refused_by == RBAC else clients)[row.who]
+
+            forbidden = [r for r in forbidden_rows(scene) if hook or r.who != "hook"]
+            allowed = [r for r in allowed_rows(scene) if hook or r.who != "hook"]
+            assert len(forbidden) >= 30
+            # The policies take effect a moment after they are created: until a row of each
+            # is refused.
+            for policy in (OBJECTS, WORKLOADS, AGENT_NODE):
+                probe = next(r for r in forbidden if r.refused_by == scene.policy(policy))
+                deadline = asyncio.get_running_loop().time() + 30
+                while True:
+                    try:
+                        answer: object = await ask(client_for(probe), probe)
+                    except kubeapi.ApiError as exc:
+                        if exc.status == 403:
+                            break
+                        answer = exc
+                    assert asyncio.get_running_loop().time() < deadline, (probe.what, answer)
+                    await asyncio.sleep(0.5)
+
+            wrong: list[str] = []
+            for row in forbidden:
+                try:
+                    await ask(client_for(row), row)
+                except kubeapi.ApiError as exc:
+                    problem = refusal_of(row, exc)
+                    if problem is not None:
+                        wrong.append(f"{row.who} {row.what}: {problem}")
+                else:
+                    wrong.append(f"{row.who} {row.what}: allowed")
+            for row in allowed:
+                try:
+                    await ask(clients[row.who], row)
+                except kubeapi.ApiError as exc:
+                    wrong.append(f"{row.who} {row.what} (allowed row): {exc.status} {exc.body!s}")
+            assert wrong == [], "\n".join(wrong)
+
+        # nothing was stored: the DaemonSet, the Deployment and node A are as they were
+        after = await kubeapi.request(api, "GET", ds_path())
+        assert after["spec"]["template"] == ds["spec"]["template"]
+        assert (await kubeapi.request(api, "GET", deploy_path()))["spec"] == dep["spec"]
+        node = await kubeapi.request(api, "GET", kubeapi.node_path(node_a))
+        assert not node["metadata"].get("finalizers")
+        assert not node["spec"].get("taints")
+    finally:
+        for victim_namespace, name in victims:
+            with contextlib.suppress(kubeapi.NotFound):
+                await kubeapi.request(
+                    api,
+                    "DELETE",
+                    f"/api/v1/namespaces/{victim_namespace}/pods/{name}",
+                    query={"gracePeriodSeconds": "0"},
+                    field_manager=None,
+                )
+        for gone in (free, opted_out):
+            with contextlib.suppress(kubeapi.NotFound):
+                await kubeapi.request(
+                    api, "DELETE", f"/api/v1/namespaces/{gone}", field_manager=None
+                )
+
+
+async def test_the_chart_service_accounts_are_refused_the_matrix_and_allowed_their_calls(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    installed: object,
+    volcano_env: VolcanoEnv,
+    make_nodes: NodeFactory,
+    tmp_path: Path,
+) -> None:
+    """`helm template` applied: the chart's templates as vgpu_devcluster.install applies them
+    for the session (the agent's policy for this test only), the uninstall hook's too."""
+    await install_agent_access(api, tmp_path)
+    await install_cleanup_access(api, tmp_path)
+    agent_policy = await install_agent_admission(api)
+    await volcano_env.install()
+    try:
+        await check_matrix(
+            api,
+            kubeconfig,
+            volcano_env,
+            make_nodes,
+            tmp_path,
+            fullname="vgpu-operator",
+            namespace=OPERATOR_NAMESPACE,
+            hook=True,
+        )
+    finally:
+        await remove(api, agent_policy)
+
+
+async def test_the_matrix_holds_for_a_helm_install(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    volcano_env: VolcanoEnv,
+    make_nodes: NodeFactory,
+    tmp_path: Path,
+) -> None:
+    """`helm install` of the chart with its default values under a fullname of its own, in a
+    namespace of its own: that release's ServiceAccounts, RBAC and policies (the uninstall
+    hook's exist only while `helm uninstall` runs: its rows are left out)."""
+    await volcano_env.install()
+    namespace, release = unique("matrix-rel"), unique("mx")
+    fullname = f"{release}-op"
+    await ensure_namespace(api, namespace)
+    await helm(
+        kubeconfig,
+        "install",
+        release,
+        str(chart_dir()),
+        "-n",
+        namespace,
+        "--set",
+        f"fullnameOverride={fullname}",
+    )
+    try:
+        await check_matrix(
+            api,
+            kubeconfig,
+            volcano_env,
+            make_nodes,
+            tmp_path,
+            fullname=fullname,
+            namespace=namespace,
+            hook=False,
+        )
+    finally:
+        await helm(kubeconfig, "uninstall", release, "-n", namespace, "--no-hooks")
+        with contextlib.suppress(kubeapi.NotFound):
+            await kubeapi.request(
+                api, "DELETE", f"/api/v1/namespaces/{namespace}", field_manager=None
+            )
