@@ -15,14 +15,21 @@ one node write the case needs and no other write but Events and the policy's own
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
+from tests.cluster.auditkit import (
+    audit_offset,
+    create_policy,
+    gone,
+    node_writes,
+    quiet,
+    start_operator,
+    unneeded,
+    writes,
+)
 from tests.cluster.helpers import (
     ClusterUnderTest,
     NodeFactory,
@@ -41,97 +48,12 @@ from tests.cluster.poolkit import (
     taints,
     wait_nodes,
 )
-from vgpu_devcluster.cluster import LocalCluster
-from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import contract
-from vgpu_operator.controller.reconciler import ReconcilerOptions
-from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.kubeapi import MERGE_PATCH, NotFound, node_path, policy_path, request
-from vgpu_operator.kubeapi.credentials import Credentials
+from vgpu_operator.kubeapi import MERGE_PATCH, node_path, policy_path, request
 
 pytestmark = pytest.mark.cluster
 
-WRITES = {"create", "patch", "update", "delete"}
-STARTED: dict[int, str] = {}  # audit offset -> when it was taken (RFC 3339, as the log has it)
-
-
-def audit_offset(local: LocalCluster) -> int:
-    """The audit log's end now, remembered with the time: the apiserver writes its log in
-    batches, so events of an earlier test may still come after this offset."""
-    offset = local.audit_offset()
-    STARTED[offset] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return offset
-
-
-def writes(local: LocalCluster, offset: int) -> list[tuple[str, str, str]]:
-    """(verb, resource[/subresource], name) of the operator's accepted writes since `offset`,
-    its Lease left out."""
-    out = []
-    for e in local.audit_events(user=OPERATOR_USER, offset=offset):
-        if e.get("requestReceivedTimestamp", "") < STARTED.get(offset, ""):
-            continue  # an earlier test's, flushed to the log after the offset was taken
-        ref = e.get("objectRef") or {}
-        resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
-        if e["verb"] in WRITES and e["responseStatus"]["code"] < 300 and resource != "leases":
-            out.append((e["verb"], resource, str(ref.get("name", ""))))
-    return out
-
-
-def node_writes(found: list[tuple[str, str, str]]) -> Counter[str]:
-    return Counter(name for _, resource, name in found if resource == "nodes")
-
-
-def unneeded(found: list[tuple[str, str, str]], policy: str | None) -> list[tuple[str, str, str]]:
-    """Writes to anything but nodes, Events and the policy itself."""
-    own = ("vgpunodepolicies", "vgpunodepolicies/status")
-    return [
-        w for w in found if w[1] not in ("nodes", "events") and not (w[1] in own and w[2] == policy)
-    ]
-
-
-def quiet(local: LocalCluster, offset: int) -> Any:
-    """True once no operator write came since the last look."""
-    seen = [-1]
-
-    async def check() -> bool:
-        count = len(writes(local, offset))
-        done = count == seen[0]
-        seen[0] = count
-        return done
-
-    return check
-
-
-async def create(api: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": contract.API_VERSION,
-        "kind": contract.POLICY_KIND,
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    await request(api, "POST", policy_path(), body=body, field_manager=None)
-
-
-async def gone(api: client.ApiClient, name: str) -> bool:
-    try:
-        await request(api, "GET", policy_path(name))
-    except NotFound:
-        return True
-    return False
-
-
-@pytest.fixture
-def start_operator(installed: Credentials) -> Iterator[Any]:
-    started: list[OperatorThread] = []
-
-    def start() -> OperatorThread:
-        running = OperatorThread(installed, options=ReconcilerOptions(resync_seconds=3600))
-        started.append(running.start())
-        return running
-
-    yield start
-    for running in started:
-        running.stop()
+__all__ = ["start_operator"]
 
 
 async def test_retain_holds_when_the_finalizer_was_stripped(
@@ -141,7 +63,7 @@ async def test_retain_holds_when_the_finalizer_was_stripped(
     pool, name = unique("retain"), unique("retain")
     nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"})
     operator = start_operator()
-    await create(api, name, hami_policy(pool, onDelete="Retain"))
+    await create_policy(api, name, hami_policy(pool, onDelete="Retain"))
     await wait_nodes(api, nodes, configured_by(name))
     operator.stop()
 
@@ -182,7 +104,7 @@ async def test_a_users_label_taken_over_comes_back_on_release(
     nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"})
     start_operator()
     offset = audit_offset(local)
-    await create(api, name, hami_policy(pool, adoptExisting=True, nodeLabels={"team": "ml"}))
+    await create_policy(api, name, hami_policy(pool, adoptExisting=True, nodeLabels={"team": "ml"}))
     # (nodeLabels replace the mode's default labels: the policy's own label says it is done)
     await wait_nodes(api, nodes, lambda o: labels(o).get(contract.LABEL_POLICY) == name)
     await patch_spec(api, name, {"nodeLabels": {"team": "ai"}})
@@ -210,7 +132,7 @@ async def test_a_label_the_user_had_with_the_same_value_is_never_removed(
     nodes = await make_nodes("A100-SXM4-80GB", 2, labels={"test/pool": pool, "team": "ml"})
     start_operator()
     offset = audit_offset(local)
-    await create(api, name, hami_policy(pool, nodeLabels={"team": "ml"}))
+    await create_policy(api, name, hami_policy(pool, nodeLabels={"team": "ml"}))
     await wait_nodes(api, nodes, lambda o: labels(o).get(contract.LABEL_POLICY) == name)
     for n in nodes:
         record = (await node(api, n))["metadata"]["annotations"][contract.ANN_OWNED]
