@@ -51,7 +51,7 @@ from vgpu_devcluster.install import (
     render_chart,
 )
 from vgpu_operator import contract
-from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
+from vgpu_operator.kubeapi import Conflict, NotFound, node_path, policy_path, request
 from vgpu_operator.kubeapi.credentials import Credentials
 
 LEASE = 4.0
@@ -337,9 +337,16 @@ async def test_a_terminated_leader_hands_over_and_a_deposed_one_exits_1(
 
     # The Lease taken from b (as another elector that won a race would): b stops at its next
     # renewal and the process exits with 1, writing nothing more.
-    lease = await request(api, "GET", f"{LEASES}/{lease_name}")
-    lease["spec"]["holderIdentity"] = "intruder"
-    await request(api, "PUT", f"{LEASES}/{lease_name}", body=lease, field_manager=None)
+    for _ in range(20):  # b renews every RETRY seconds: its renewal may come in between
+        lease = await request(api, "GET", f"{LEASES}/{lease_name}")
+        lease["spec"]["holderIdentity"] = "intruder"
+        try:
+            await request(api, "PUT", f"{LEASES}/{lease_name}", body=lease, field_manager=None)
+        except Conflict:
+            continue
+        break
+    else:
+        raise AssertionError("the Lease could not be taken from b in 20 tries")
     deposed = time.monotonic()
     code = await asyncio.to_thread(b.proc.wait, RENEW + 10)
     assert code == 1, b.output()
