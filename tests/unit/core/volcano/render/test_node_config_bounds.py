@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest.mock import patch
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.kit.volcano_fixtures import configmap
 from vgpu_operator import bounds
@@ -125,3 +129,28 @@ def test_the_ascend_node_config_has_the_same_bound() -> None:
     assert "big" not in out.data[CFG.ascend_node_config.key]
     assert "a1" in out.data[CFG.ascend_node_config.key]
     assert [n for n in out.notes if "big" in n]
+
+
+# Strings with what JSON escapes or counts as structure, and characters of 2 to 4 UTF-8 bytes.
+_TEXT = st.text(st.sampled_from([*'az09 ",:[]{}\\', "\n", "é", "中", "😀", "\u2028"]), max_size=12)
+_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _TEXT),
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(_TEXT, inner, max_size=5)),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(_TEXT, st.dictionaries(_TEXT, _VALUES, max_size=6), max_size=4),
+    st.integers(min_value=0, max_value=2000),
+)
+def test_oversized_finds_every_entry_over_the_bound_with_its_size(
+    desired: dict[str, dict[str, Any]], limit: int
+) -> None:
+    # `oversized` measures only the entries a cheap bound cannot clear: it must find the same
+    # entries, with the same sizes, as measuring every one of them
+    with patch.object(bounds, "MAX_NODE_ENTRY_BYTES", limit):
+        got = oversized(desired)
+    sizes = {name: entry_bytes(entry) for name, entry in desired.items()}
+    assert got == {name: size for name, size in sizes.items() if size > limit}
