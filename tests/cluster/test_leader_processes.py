@@ -3,8 +3,9 @@ under the operator's ServiceAccount and the chart's RBAC (its leader-election Ro
 fresh Lease name per test). Short durations: lease 4 s, renew deadline 3 s, retry 0.5 s.
 
 - only the leader writes: in the audit log every write of the operator's user carries the
-  leader's user agent (`vgpu-operator/<identity>`); the standby writes nothing, not even to the
-  Lease, and its liveness endpoint answers 200 with `leader: false`;
+  leader's user agent (`vgpu-operator/<identity>`), Kopf's own writes on the policy included
+  (Kopf runs only in the leader); the standby writes nothing, not even to the Lease, and its
+  liveness endpoint answers 200 with `leader: false`;
 - `kill -9` of the leader (no release): the standby takes over once the Lease has lapsed on its
   clock, and converges a policy change made while no replica led;
 - SIGTERM of the leader (a rolling update) releases the Lease: the standby takes over at its
@@ -237,6 +238,19 @@ def nodes_labelled(
     return labelled
 
 
+def is_kopf_write(event: dict[str, Any], policy: str) -> bool:
+    """A write to the policy object itself (not its status): only Kopf's bookkeeping writes
+    there (its finalizer, `vgpu.volcano.sh/kopf-managed`, the last-handled configuration); the
+    reconciler writes the status subresource."""
+    ref = event["objectRef"]
+    return (
+        ref.get("resource") == "vgpunodepolicies"
+        and ref.get("name") == policy
+        and not ref.get("subresource")
+        and event["verb"] in ("patch", "update")
+    )
+
+
 async def test_only_the_leader_writes_and_a_killed_one_is_replaced(
     api: client.ApiClient,
     local: LocalCluster,
@@ -276,6 +290,9 @@ async def test_only_the_leader_writes_and_a_killed_one_is_replaced(
     assert all(e["responseStatus"]["code"] < 300 for e in lease_writes)
     node_writes = [e for e in before_kill if e["objectRef"].get("name") in nodes]
     assert node_writes and all(e["verb"] == "patch" for e in node_writes)
+    # Kopf's own writes (its finalizer and handled-state annotations on the policy) are among
+    # them: Kopf runs in the leader only, so they are the leader's too.
+    assert [e for e in before_kill if is_kopf_write(e, policy)], "no Kopf write on the policy"
 
     # kill -9: no release. The policy changes while no replica leads, and nothing applies it.
     killed_wall, killed = time.time(), time.monotonic()
@@ -306,6 +323,10 @@ async def test_only_the_leader_writes_and_a_killed_one_is_replaced(
     assert received(first) >= killed_wall + earliest
     patches = [e for e in by_b if e["objectRef"].get("name") in nodes]
     assert patches and all(received(e) >= received(first) for e in patches)
+    # b's Kopf started only once b led: it handled the change made while no replica led (its
+    # write of the handled state on the policy), after b took the Lease.
+    kopf_by_b = [e for e in by_b if is_kopf_write(e, policy)]
+    assert kopf_by_b and all(received(e) >= received(first) for e in kopf_by_b)
     spec = await lease_spec(api, lease_name)
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
     print(f"takeover after kill -9: {took:.2f}s (lease {LEASE}s, retry {RETRY}s)")
