@@ -46,8 +46,10 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
         "'auto' for all four (resolved from the cluster)."
     ),
     ("OperatorConfig", "gpuMemoryFactor"): (
-        "MiB per registered vGPU memory unit (the plugin's --gpu-memory-factor); changing it "
-        "changes the unit of every vgpu-memory request."
+        "MiB per registered vGPU memory unit (the plugin's --gpu-memory-factor): a "
+        "vgpu-memory request of N means N x this MiB, so changing it changes the unit of every "
+        "request. Unset (null): the one the cluster's device config has, adopted, never reset; "
+        "1 where it has none."
     ),
     ("OperatorConfig", "deviceDefaults"): (
         "The device ConfigMap's `nvidia:` values for every node without a per-node override."
@@ -86,6 +88,37 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ),
     ("OperatorConfig", "gpuDraDrivers"): (
         "DRA drivers whose ResourceClaims make their pod a GPU consumer (default [gpu.nvidia.com])."
+    ),
+    ("OperatorConfig", "dra"): (
+        "The installation of NVIDIA's DRA driver the `mode: dra` pools use; null: no policy may "
+        "use mode dra. Its kubelet plugin DaemonSet is pinned to the dra nodes (granted by name)."
+    ),
+    ("DraInstallation", "driver"): "The DRA driver's name (its ResourceSlices' spec.driver).",
+    ("DraInstallation", "kubeletPluginDaemonSet"): (
+        "The driver's kubelet plugin DaemonSet (namespace, name): the operator gives it a "
+        "nodeSelector on vgpu.volcano.sh/device-plugin=dra."
+    ),
+    ("DraInstallation", "dynamicMIG"): (
+        "Whether the driver runs with its DynamicMIG feature gate: dynamic-mig pools need it "
+        "on, static-mig pools need it off."
+    ),
+    ("DaemonSetRef", "namespace"): "The DaemonSet's namespace.",
+    ("DaemonSetRef", "name"): "The DaemonSet's name.",
+    ("OperatorConfig", "policyKeys"): (
+        "The node label and taint keys policies may ask for (keys, or prefixes ending in '/'): "
+        "the operator refuses a policy asking for another, and the admission policy refuses "
+        "the controller's Node writes of any other key. The chart requires it."
+    ),
+    ("PolicyKeys", "labels"): "Label keys or prefixes ending in '/' (spec.nodeLabels).",
+    ("PolicyKeys", "taints"): "Taint keys or prefixes ending in '/' (spec.nodeTaints).",
+    ("OperatorConfig", "requireAdmissionPolicies"): (
+        "true: the controller writes only while the chart's admission policies are present, "
+        "unchanged and enforced, and runs as in observe mode otherwise; false: it writes "
+        "without them (required with admissionPolicies.enabled: false)."
+    ),
+    ("OperatorConfig", "admissionPolicies"): (
+        "Rendered by the chart (the hash and names of the admission policies it installs); "
+        "not a value to set."
     ),
     ("NvidiaPluginConfigRef", "namespace"): "The ConfigMap's namespace.",
     ("NvidiaPluginConfigRef", "name"): "The ConfigMap's name.",

@@ -6,8 +6,11 @@ Starts the control plane, creates GPU nodes of several models and one CPU node, 
 CRDs and the chart's RBAC, Volcano v1.15.1's scheduler and HAMi's volcano-vgpu-device-plugin
 v1.12.0 (its DaemonSet's pods run on the kwok nodes; `pluginsim` plays the process inside each
 one, registering the node's GPUs from the node-config the plugin mounts, as the real plugin
-does at start), runs the operator under its ServiceAccount with the demo's configuration
-(`examples/demo/operator-config/config.yaml`: gpuMemoryFactor for 8 x 80 GB nodes) and one
+does at start), puts the demo's operator configuration
+(`examples/demo/operator-config/config.yaml`: gpuMemoryFactor for 8 x 80 GB nodes) where the
+chart keeps it (its ConfigMap vgpu-system/vgpu-operator-config, key config.yaml, as `helm
+template` renders it), runs the operator under its ServiceAccount with what that ConfigMap
+holds, read back as `doctor` and `plan` read it (so both need no `--config` here), and one
 node agent per GPU node (a subprocess under the agent's ServiceAccount, with a fake nvidia-smi
 of the node's model), applies the example policies and waits until the operator has rendered
 the configuration, placed the plugin, restarted what must re-read it, and every rule is clean.
@@ -42,15 +45,21 @@ from vgpu_devcluster.agentproc import (
     stop_all,
 )
 from vgpu_devcluster.cluster import LocalCluster, free_port
-from vgpu_devcluster.install import apply, install_agent_access, install_operator_access
+from vgpu_devcluster.install import (
+    apply,
+    install_agent_access,
+    install_operator_access,
+    render_chart,
+)
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_devcluster.pluginsim import PluginSimulator
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.commands.kubectl_plugin import POOL_COLUMNS, pool_rows, registered, table
+from vgpu_operator.commands.running_config import running_config
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import read_snapshot
 from vgpu_operator.core.rules import run_rules
-from vgpu_operator.models.config import OperatorConfig, load_config
+from vgpu_operator.models.config import OperatorConfig
 
 DEMO_NODES: tuple[NodeSpec, ...] = (
     *(NodeSpec(f"rtx4090-{i}", "RTX-4090", 4) for i in range(3)),
@@ -147,6 +156,32 @@ def config_file() -> Path:
     return examples_dir() / "demo" / "operator-config" / "config.yaml"
 
 
+def operator_configmap(directory: Path) -> dict[str, Any]:
+    """The chart's ConfigMap of the operator configuration (templates/configmap.yaml) with the
+    demo's configuration as the values' `config:`, as `helm install -n vgpu-system` creates it:
+    the same name, namespace, key and labels, so `doctor` and `plan` find it as on a chart
+    install (commands/running_config.py). The values file is written to `directory`.
+
+    The demo's node agents are processes, not pods: the chart's admission policy for the agent
+    admits only tokens bound to a pod on the node, so the demo does not install it, and an
+    operator that checks for every policy of the chart (`requireAdmissionPolicies`) would only
+    observe. The values are those of a release without the chart's admission policies, the
+    chart's explicit way out: admissionPolicies.enabled false, config.requireAdmissionPolicies
+    false."""
+    config = yaml.safe_load(config_file().read_text())
+    values = directory / "demo-values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "admissionPolicies": {"enabled": False},
+                "config": {**config, "requireAdmissionPolicies": False},
+            }
+        )
+    )
+    [configmap] = render_chart("configmap.yaml", values_files=(values,))
+    return configmap
+
+
 def policy_files() -> list[Path]:
     return sorted((examples_dir() / "demo").glob("*.yaml"))
 
@@ -169,10 +204,14 @@ async def demo_cluster(*, out: Out = print, timeout: float = 240.0) -> AsyncIter
             )
             await upstream.install(api, hami="v1.12.0")
             sim = PluginSimulator(api, namespace=PLUGIN_NAMESPACE, name=PLUGIN_NAME).start()
-            config = load_config(config_file().read_text())
+            await apply(api, operator_configmap(cluster.workdir))
+            # read back as `doctor` and `plan` read it: what they check is what the operator runs
+            source = await running_config(api)
+            config = source.config
             out(
                 "==> starting the operator (as ServiceAccount vgpu-system/vgpu-operator) with "
-                f"{config_file().relative_to(binaries.repo_root())}"
+                f"{config_file().relative_to(binaries.repo_root())}, kept where the chart "
+                f"keeps it: {source.where}"
             )
             operator = OperatorThread(credentials, config=config).start()
             # the in-process controller's registry, served as `run --metrics-port` serves it
@@ -213,14 +252,13 @@ async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 240
             return 0
         kubectl = binaries.tool_dir(binaries.TOOL_BY_NAME["kubectl"]) / "kubectl"
         bin_dir = Path(sys.executable).parent  # the virtualenv's console scripts
-        cfg = config_file()
         out(
             f"\nThe demo keeps running. In another shell:\n"
             f"  export KUBECONFIG={demo.kubeconfig}\n"
             f"  {kubectl} get vnp\n"
             f"  {bin_dir / 'kubectl-vgpu'}   # pools and nodes at a glance (`kubectl vgpu`)\n"
-            f"  {bin_dir / 'vgpu-operator'} doctor --config {cfg}\n"
-            f"  {bin_dir / 'vgpu-operator'} plan rtx4090-hami-core --config {cfg}\n"
+            f"  {bin_dir / 'vgpu-operator'} doctor   # with the operator's configuration\n"
+            f"  {bin_dir / 'vgpu-operator'} plan rtx4090-hami-core\n"
             f"  {kubectl} edit vnp rtx4090-hami-core   # the nodes follow\n"
             f"  {kubectl} -n volcano-system edit configmap volcano-scheduler-configmap\n"
             f"      # remove the predicates plugin: the operator puts it back\n"

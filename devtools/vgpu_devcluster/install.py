@@ -98,14 +98,18 @@ def render_chart(
     *templates: str,
     values: dict[str, Any] | None = None,
     api_versions: tuple[str, ...] = (),
+    values_files: tuple[Path, ...] = (),
 ) -> list[dict[str, Any]]:
     """`helm template` of the chart, optionally only some templates, for a cluster serving
-    `api_versions` besides the built-in ones (the monitoring objects need theirs)."""
+    `api_versions` besides the built-in ones (the monitoring objects need theirs), with
+    `values_files` (`-f`) and then `values` (`--set`)."""
     helm = binaries.ensure("helm")
     args = [str(helm), "template", "vgpu-operator", str(chart_dir()), "-n", OPERATOR_NAMESPACE]
     args += ["--kube-version", binaries.KUBERNETES_VERSION]
     for api_version in api_versions:
         args += ["--api-versions", api_version]
+    for path in values_files:
+        args += ["-f", str(path)]
     for key, value in (values or {}).items():
         args += ["--set", f"{key}={value}"]
     for t in templates:
@@ -114,15 +118,18 @@ def render_chart(
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-async def install_operator_access(api: client.ApiClient, directory: Path) -> Credentials:
-    """CRDs, namespace, ServiceAccount and RBAC from the chart; a kubeconfig in `directory`
-    with the ServiceAccount's token. Returns once the RBAC is in force (`wait_granted`)."""
+async def install_operator_access(
+    api: client.ApiClient, directory: Path, values: dict[str, Any] | None = None
+) -> Credentials:
+    """CRDs, namespace, ServiceAccount and RBAC from the chart (rendered with `values`, `--set`
+    style, e.g. the test session's config.policyKeys); a kubeconfig in `directory` with the
+    ServiceAccount's token. Returns once the RBAC is in force (`wait_granted`)."""
     for f in sorted(crds_dir().glob("*.yaml")):
         await apply(api, yaml.safe_load(f.read_text()))
     await apply(
         api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     )
-    docs = render_chart(*OPERATOR_TEMPLATES)
+    docs = render_chart(*OPERATOR_TEMPLATES, values=values)
     docs = [d for d in docs if d["metadata"]["name"] != AGENT_ADMISSION_POLICY]
     for doc in docs:
         await apply(api, doc)

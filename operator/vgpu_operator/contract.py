@@ -19,12 +19,13 @@ CATEGORY: Final = "vgpu"
 
 # Labels.
 LABEL_POLICY: Final = f"{GROUP}/policy"  # controller: name of the owning policy
-LABEL_MODE: Final = f"{GROUP}/mode"  # controller: hami-core | mig | whole-gpu | ascend-vnpu
+LABEL_MODE: Final = f"{GROUP}/mode"  # controller: hami-core | mig | whole-gpu | ascend-vnpu | dra
 LABEL_STATE: Final = f"{GROUP}/state"  # agent: pending | applying | success | failed | blocked
 LABEL_EXCLUDE: Final = f"{GROUP}/exclude"  # user: "true" keeps the node out of every policy
 # controller: which device plugin must run on the node, `hami` (HAMi's vGPU plugin: hami-core and
-# dynamic MIG) or `ascend` (HAMi's Ascend plugin); absent where none of them belongs (whole-gpu,
-# static MIG: NVIDIA's device plugin serves those). The plugin DaemonSets select on it.
+# dynamic MIG), `ascend` (HAMi's Ascend plugin) or `dra` (the kubelet plugin of NVIDIA's DRA
+# driver: dra nodes); absent where none of them belongs (whole-gpu, static MIG: NVIDIA's device
+# plugin serves those). The plugin DaemonSets select on it.
 LABEL_DEVICE_PLUGIN: Final = f"{GROUP}/device-plugin"
 
 # Annotations (JSON payloads).
@@ -58,21 +59,24 @@ FINALIZER: Final = f"{GROUP}/finalizer"
 FIELD_MANAGER: Final = "vgpu-operator"
 AGENT_FIELD_MANAGER: Final = "vgpu-operator-agent"
 
-Mode = Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
-MODES: Final[tuple[Mode, ...]] = ("hami-core", "mig", "whole-gpu", "ascend-vnpu")
+Mode = Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu", "dra"]
+MODES: Final[tuple[Mode, ...]] = ("hami-core", "mig", "whole-gpu", "ascend-vnpu", "dra")
 
-DevicePlugin = Literal["hami", "ascend"]
-DEVICE_PLUGINS: Final[tuple[DevicePlugin, ...]] = ("hami", "ascend")
+DevicePlugin = Literal["hami", "ascend", "dra"]
+DEVICE_PLUGINS: Final[tuple[DevicePlugin, ...]] = ("hami", "ascend", "dra")
 
 
 def device_plugin_for(mode: str, partitioning: str | None = None) -> DevicePlugin | None:
     """The value of `LABEL_DEVICE_PLUGIN` for a node in `mode` (MIG: with `partitioning`,
     dynamic when unset): HAMi's vGPU plugin serves hami-core and dynamic MIG, HAMi's Ascend plugin
-    ascend-vnpu; whole-gpu and static MIG nodes are NVIDIA's device plugin's."""
+    ascend-vnpu, the DRA driver's kubelet plugin dra (whatever devices it publishes); whole-gpu
+    and static MIG nodes are NVIDIA's device plugin's."""
     if mode == "hami-core" or (mode == "mig" and partitioning in (None, "dynamic")):
         return "hami"
     if mode == "ascend-vnpu":
         return "ascend"
+    if mode == "dra":
+        return "dra"
     return None
 
 

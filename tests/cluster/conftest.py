@@ -24,6 +24,7 @@ from tests.cluster.helpers import (
     ServiceAccountClient,
     unique,
 )
+from tests.cluster.rbackit import session_values
 from vgpu_devcluster.cluster import LocalCluster, write_kubeconfig
 from vgpu_devcluster.install import install_operator_access
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
@@ -178,7 +179,9 @@ async def make_nodes(api: client.ApiClient) -> AsyncIterator[NodeFactory]:
 @pytest.fixture(scope="session")
 async def installed(api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> Credentials:
     """CRDs and the chart's ServiceAccount + RBAC installed; the operator's credentials."""
-    return await install_operator_access(api, tmp_path_factory.mktemp("operator"))
+    return await install_operator_access(
+        api, tmp_path_factory.mktemp("operator"), values=session_values()
+    )
 
 
 @pytest.fixture

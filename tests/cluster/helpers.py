@@ -84,6 +84,14 @@ def documents(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+def rss_mib() -> float:
+    """The resident memory of this process (the operator's, when it runs in a thread here)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """A `preexec_fn`: the child gets SIGKILL when its parent dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client, config
 
 from vgpu_devcluster.install import (
@@ -20,6 +21,7 @@ from vgpu_devcluster.install import (
     CLEANUP_USER,
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
+    chart_dir,
     render_chart,
 )
 from vgpu_operator import kubeapi
@@ -38,6 +40,43 @@ HELM_AGENT = "Helm/"  # Helm's user agent (`helm install`, `helm uninstall`)
 # release's, which test_leader_election.py shows the value carries to the Role.
 RELEASE_LEASE = "vgpu-operator"
 _ALLOWED_BY = re.compile(r'allowed by (?:Cluster)?RoleBinding "([^"/]+)(?:/[^"]*)?"')
+
+# The node label and taint keys the suite's policies ask for beyond the chart's defaults
+# (values.yaml config.policyKeys): the session's admission policy lists them as a user's values
+# would (`session_values`). test_impersonation_matrix.py's arbitrary keys are not among them.
+SUITE_LABEL_KEYS = (
+    "team",
+    "tier",
+    "team/pool",
+    "old/label",
+    "new/label",
+    "suspended/edit",
+    "rotated/after",
+    "restart/after",
+    "failover/edit",
+)
+SUITE_TAINT_KEYS = ("example.com/gpu-pool",)
+
+
+def chart_policy_keys() -> dict[str, list[str]]:
+    """The chart's default config.policyKeys (values.yaml)."""
+    values = yaml.safe_load((chart_dir() / "values.yaml").read_text())
+    keys: dict[str, list[str]] = values["config"]["policyKeys"]
+    return keys
+
+
+def session_values() -> dict[str, str]:
+    """`helm --set` values the session's chart objects are rendered with: the chart's
+    policyKeys and the suite's (`vgpu_devcluster.install.install_operator_access`)."""
+    chart = chart_policy_keys()
+
+    def listed(keys: Iterable[str]) -> str:
+        return "{" + ",".join(keys) + "}"
+
+    return {
+        "config.policyKeys.labels": listed([*chart["labels"], *SUITE_LABEL_KEYS]),
+        "config.policyKeys.taints": listed([*chart["taints"], *SUITE_TAINT_KEYS]),
+    }
 
 
 # The audit lines the check reads (the log of a whole session is large; kwok's status writes

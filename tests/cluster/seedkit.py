@@ -21,6 +21,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import NodeFactory, eventually, unique
+from tests.cluster.rbackit import session_values
 from tests.cluster.volcano_env import pod, text
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.agentproc import FakeGpus, fake_model
@@ -42,8 +43,9 @@ WORKLOADS = "default"  # where the seeds' GPU pods run
 
 
 def operator_admission(values: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The chart's admission policy for the operator (and its binding) for `values`."""
-    docs = render_chart("admission-policies.yaml", values=dict(values))
+    """The chart's admission policy for the operator (and its binding) for `values` (with the
+    session's policyKeys, as the session installed it: `rbackit.session_values`)."""
+    docs = render_chart("admission-policies.yaml", values={**session_values(), **values})
     return [d for d in docs if d["metadata"]["name"] == OPERATOR_ADMISSION_POLICY]
 
 

@@ -1,8 +1,10 @@
 """`make demo` (`vgpu-dev demo`), the README's main command, run as a person would: once it says it
 keeps running, the cluster it made is checked from outside (its admin kubeconfig) as the issue asks:
-`doctor` exits 0, every policy is Ready and ConfigConsistent, HAMi's plugin pods run on exactly
-the vGPU nodes (hami-core and dynamic MIG), and what the simulated plugin registered on every
-node matches the node-config the operator rendered; `plan` of each live policy changes nothing
+`doctor` exits 0 without `--config` (it finds the demo's configuration where a chart install keeps
+it, the chart's ConfigMap, and says so; `plan` too), every policy is Ready and
+ConfigConsistent, HAMi's plugin pods run on exactly the vGPU nodes (hami-core and dynamic MIG),
+and what the simulated plugin registered on every node matches the node-config the operator
+rendered; `plan` of each live policy changes nothing
 and `kubectl vgpu` shows what was registered. The controller's and every agent's /metrics,
 where the demo says to `curl` them, match the cluster: nodes per policy, mode and state (and
 each node's) are the Nodes' labels, findings per rule are doctor's, each agent's state is its
@@ -36,7 +38,6 @@ from vgpu_devcluster.demo import (
     DEMO_NODES,
     PLUGIN_NAME,
     PLUGIN_NAMESPACE,
-    config_file,
     policy_files,
 )
 from vgpu_operator import contract, kubeapi
@@ -46,6 +47,8 @@ from vgpu_operator.models.volcano import REGISTER_ANNOTATION, parse_register
 pytestmark = pytest.mark.cluster
 
 VGPU_NODES = {"rtx4090-0", "rtx4090-1", "rtx4090-2", "a100-0", "a100-1"}  # hami-core, dyn. MIG
+# where `helm install -n vgpu-system` keeps the operator configuration, and the demo too
+DEMO_CONFIG = "ConfigMap vgpu-system/vgpu-operator-config, key config.yaml"
 SCHED_NS, SCHED_CM, SCHED_KEY = (
     "volcano-system",
     "volcano-scheduler-configmap",
@@ -66,11 +69,12 @@ async def cli(*args: str, command: str = "vgpu_operator.commands.cli") -> tuple[
     return int(proc.returncode or 0), out.decode(), err.decode()
 
 
-async def doctor(kubeconfig: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = await cli(
-        "doctor", "--kubeconfig", str(kubeconfig), "--config", str(config_file()), "-o", "json"
-    )
+async def doctor(kubeconfig: Path) -> tuple[int, dict[str, Any]]:
+    """`doctor` without `--config`: it finds the demo's configuration where a chart install
+    keeps it, and says so."""
+    code, out, err = await cli("doctor", "--kubeconfig", str(kubeconfig), "-o", "json")
     assert out, err
+    assert f"operator configuration: {DEMO_CONFIG}" in err, err
     return code, json.loads(out)
 
 
@@ -248,11 +252,10 @@ async def check_running_demo(
         names = await check_policies(api)
         await check_plugin_and_registration(api)
         for name in names:
-            code, out, err = await cli(
-                "plan", name, "--kubeconfig", str(kubeconfig), "--config", str(config_file())
-            )
+            code, out, err = await cli("plan", name, "--kubeconfig", str(kubeconfig))
             assert code == 0, out + err
             assert "nothing would change" in out
+            assert f"operator configuration: {DEMO_CONFIG}" in err, err
         code, out, err = await cli(
             "--kubeconfig", str(kubeconfig), command="vgpu_operator.commands.kubectl_plugin"
         )

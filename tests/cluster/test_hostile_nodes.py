@@ -6,17 +6,20 @@ cases: tests/unit/core/rules/test_node_bounds.py).
   pass) and at 10^8 (once allocated per GPU, exhausting memory) on two nodes of a pool of three:
   the third converges (labels, taint, its node-config entry), the `node-input-bounds` finding
   names each hostile node with the field, and the test process (the operator runs in it) grows
-  by less than 64 MiB. (A forged inventory on the cluster: test_bad_input.py; a name that would
-  shadow another model's geometry: tests/unit/core/volcano/test_geometry_shadowing.py.)
+  by less than 64 MiB.
+
+The other hostile inputs of issue 29 on the cluster: `nvidia.com/gpu.count: 200000` on a
+static-MIG node, an inventory naming its GPU `H1`, nvidia-smi listing 24 instances and control
+characters from a node annotation in the agent's log: test_hostile_agents.py; `Retry-After: inf`
+from a proxy (with control characters in the controller's log) and a hanging exec credential
+plugin: test_hostile_transport.py; a forged inventory's profile sizes: test_bad_input.py.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
+from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, rss_mib, unique
 from tests.cluster.poolkit import configured_by, node
 from tests.cluster.volcano_env import (
     NODE_CM,
@@ -33,13 +36,6 @@ from vgpu_operator.controller.snapshot import configmap_path
 __all__ = ["volcano_env", "volcano_operator"]
 
 GROWTH_MIB = 64  # what the operator may add to the process for this pool (a few MiB expected)
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 async def test_hostile_gpu_counts_stall_no_other_node_and_keep_memory_bounded(

@@ -10,9 +10,16 @@ rows that RBAC refuses are asked impersonating it too (RBAC reads no claim): eve
 with its own token must be one the chart grants (test_rbac_audit.py's session check).
 
 Two install paths: the chart's templates applied as `vgpu_devcluster.install` renders them
-(`helm template`, the session's install), and a `helm install` release under a fullname and
-namespace of its own (the uninstall hook's ServiceAccount exists only while `helm uninstall`
-runs: its rows are left out there).
+(`helm template`, the session's install, with the suite's keys added to config.policyKeys:
+`rbackit.session_values`), and a `helm install` release of the chart's defaults under a
+fullname and namespace of its own (the uninstall hook's ServiceAccount exists only while `helm
+uninstall` runs: its rows are left out there).
+
+The controller's Node writes by key (_nodekeys.tpl): it may not label, taint or annotate a Node
+with a key of no one's list (any node alike: `example.com/anything` is in neither install's
+config.policyKeys), nor remove a user's label, nor a `kubernetes.io/` label even when the
+node's ownership record lists it; it may remove a label and a taint the record lists that no
+list names any more (`released`: the release after the list was narrowed).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from vgpu_devcluster.install import (
 )
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import workload_path
+from vgpu_operator.models.node import Owned
+from vgpu_operator.models.policy import Taint
 
 pytestmark = pytest.mark.cluster
 
@@ -57,6 +66,11 @@ OBJECTS = "vgpu-operator-objects"  # refused by this ValidatingAdmissionPolicy
 WORKLOADS = "vgpu-operator-workloads"
 AGENT_NODE = "vgpu-operator-agent-own-node"
 DENY_LABEL = "vgpu.volcano.sh/evictions"
+# On the node whose ownership record lists keys no config.policyKeys names (`Scene.released`):
+RELEASED = "example.com/released"  # label and taint the operator set before the list narrowed
+USERS = "example.com/users"  # a user's label, not in the record
+SYSTEM = "node-role.kubernetes.io/gpu"  # Kubernetes' own; a forged record lists it too
+ARBITRARY = "example.com/anything"  # in no install's config.policyKeys
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,8 @@ class Scene:
 
     node_a: str  # the agent's pod runs here
     node_b: str
+    released: str  # labels RELEASED, USERS, SYSTEM; taint RELEASED; a record of RELEASED, SYSTEM
+    released_taints: list[dict[str, Any]]  # its taints as stored (RELEASED's, once Ready)
     agent_pod: str
     plugin_container: str
     plugin_args: list[str]
@@ -154,7 +170,9 @@ def forbidden_rows(s: Scene) -> list[Row]:
     evict_system = eviction(f"kube-system/{s.kube_system_pod}")
     evict_opted_out = eviction(s.opted_out)
     evict_now = eviction(s.evictable, gracePeriodSeconds=0)
-    taint = {"key": "example.com/anything", "value": "x", "effect": "NoExecute"}
+    taint = {"key": ARBITRARY, "value": "x", "effect": "NoExecute"}
+    released = kubeapi.node_path(s.released)
+    taint_any = {"spec": {"taints": [{"key": ARBITRARY, "value": "x", "effect": "NoSchedule"}]}}
     rows = [
         # -- the controller: the plugin DaemonSet, beyond args, nodeSelector, tolerations --
         Row("DS image", "operator", "PATCH", ds_path(),
@@ -222,6 +240,25 @@ def forbidden_rows(s: Scene) -> list[Row]:
             refused_by=OBJECTS),
         Row("operator changes a Node's providerID", "operator", "PATCH", node_b,
             {"spec": {"providerID": "kwok://elsewhere"}}, refused_by=OBJECTS),
+        # -- the controller: Node keys (config.policyKeys, _nodekeys.tpl), any node alike --
+        Row("operator taints every node with an arbitrary key: node A", "operator", "PATCH",
+            node_a, taint_any, refused_by=OBJECTS),
+        Row("operator taints every node with an arbitrary key: node B", "operator", "PATCH",
+            node_b, taint_any, refused_by=OBJECTS),
+        Row("operator labels a node with an arbitrary key", "operator", "PATCH", node_b,
+            {"metadata": {"labels": {ARBITRARY: "x"}}}, refused_by=OBJECTS),
+        Row("operator sets the agent's state label", "operator", "PATCH", node_b,
+            {"metadata": {"labels": {contract.LABEL_STATE: "success"}}}, refused_by=OBJECTS),
+        Row("operator annotates a Node with a foreign key", "operator", "PATCH", node_b,
+            {"metadata": {"annotations": {ARBITRARY: "x"}}}, refused_by=OBJECTS),
+        Row("operator removes a user's label its record does not list", "operator", "PATCH",
+            released, {"metadata": {"labels": {USERS: None}}}, refused_by=OBJECTS),
+        Row("operator removes a kubernetes.io label its record lists", "operator", "PATCH",
+            released, {"metadata": {"labels": {SYSTEM: None}}}, refused_by=OBJECTS),
+        Row("operator adds a taint under a recorded key no list names", "operator", "PATCH",
+            released, {"spec": {"taints": [*s.released_taints, {
+                "key": RELEASED, "value": "x", "effect": "PreferNoSchedule"}]}},
+            refused_by=OBJECTS),
         Row("patch kube-proxy DaemonSet", "operator", "PATCH",
             workload_path("DaemonSet", "kube-system", "kube-proxy"),
             {"metadata": {"labels": {"x": "y"}}}, refused_by=RBAC),
@@ -332,10 +369,18 @@ def allowed_rows(s: Scene) -> list[Row]:
             template({"containers": [{"name": s.scheduler_container, "args": ["--x=1"]}]}),
             STRATEGIC),
         Row("node labels, taint, cordon", "operator", "PATCH", node_a,
-            {"metadata": {"labels": {contract.LABEL_STATE: "pending"}},
+            {"metadata": {"labels": {contract.LABEL_POLICY: "p",
+                                     "volcano.sh/vgpu.enabled": "true",
+                                     contract.GPU_OPERATOR_DEVICE_PLUGIN_LABEL: "false"},
+                          "annotations": {contract.ANN_TARGET: "{}"}},
              "spec": {"unschedulable": True,
-                      "taints": [{"key": "example.com/gpu-pool", "value": "x",
+                      "taints": [{"key": contract.DEFAULT_TAINT_KEY, "value": "x",
                                   "effect": "NoSchedule"}]}}),
+        Row("remove a label and taint the record lists, no longer in the list", "operator",
+            "PATCH", kubeapi.node_path(s.released),
+            {"metadata": {"labels": {RELEASED: None}, "annotations": {contract.ANN_OWNED: None}},
+             "spec": {"taints": [t for t in s.released_taints if t["key"] != RELEASED]
+                      or None}}),
         Row("evict a GPU pod", "operator", "POST", evict[0], evict[1]),
         Row("agent state label", "agent", "PATCH", node_a,
             {"metadata": {"labels": {contract.LABEL_STATE: "success"}}}),
@@ -455,6 +500,20 @@ async def check_matrix(
     uninstall hook's only when `hook`)."""
     sa = f"system:serviceaccount:{namespace}:"
     node_a, node_b = await make_nodes("A100-SXM4-80GB", 2, gpus=1, prefix="matrix")
+    record = Owned(
+        labels={RELEASED: "x", SYSTEM: ""},
+        taints=[Taint(key=RELEASED, value="x", effect="NoSchedule")],
+    )
+    [released] = await make_nodes(
+        "A100-SXM4-80GB",
+        1,
+        gpus=1,
+        prefix="matrix-rel",
+        labels={RELEASED: "x", USERS: "y", SYSTEM: ""},
+        taints=[{"key": RELEASED, "value": "x", "effect": "NoSchedule"}],
+        annotations={contract.ANN_OWNED: record.to_annotation()},
+    )
+    released_node = await kubeapi.request(api, "GET", kubeapi.node_path(released))
     ds = await kubeapi.request(api, "GET", ds_path())
     dep = await kubeapi.request(api, "GET", deploy_path())
     plugin = ds["spec"]["template"]["spec"]
@@ -482,6 +541,8 @@ async def check_matrix(
             scene = Scene(
                 node_a=node_a,
                 node_b=node_b,
+                released=released,
+                released_taints=list(released_node["spec"].get("taints") or []),
                 agent_pod=agent_pod,
                 plugin_container=plugin["containers"][0]["name"],
                 plugin_args=list(plugin["containers"][0].get("args") or []),

@@ -3,8 +3,11 @@ ServiceAccount and the chart's RBAC."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import (
@@ -25,9 +28,14 @@ from tests.cluster.poolkit import (
     taints,
     wait_nodes,
 )
+from tests.cluster.rbackit import chart_policy_keys
 from vgpu_operator import contract
+from vgpu_operator.commands import doctor
+from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.kubeapi import NotFound, policy_path, request
+from vgpu_operator.kubeapi.credentials import Credentials
+from vgpu_operator.models.config import OperatorConfig
 
 USER_TAINT = {"key": "team/dedicated", "value": "ml", "effect": "NoSchedule"}
 
@@ -219,3 +227,54 @@ async def test_ready_and_observed_generation_follow_kstatus(
         nodes,
         lambda o: '"deviceSplitCount":4' in o["metadata"]["annotations"][contract.ANN_CONFIG],
     )
+
+
+@pytest.fixture
+def keyed_operator(installed: Credentials) -> Iterator[OperatorThread]:
+    """The controller with the chart's default config.policyKeys (values.yaml), as a `helm
+    install` configures it; stopped after the test's policies are deleted (it is requested
+    before `policies`)."""
+    config = OperatorConfig.model_validate({"policyKeys": chart_policy_keys()})
+    running = OperatorThread(
+        installed, options=ReconcilerOptions(resync_seconds=3600), config=config
+    ).start()
+    yield running
+    running.stop()
+
+
+async def test_a_policy_asking_for_an_unlisted_taint_key_is_refused_while_others_converge(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    keyed_operator: OperatorThread,
+    make_nodes: NodeFactory,
+    policies: PolicyFactory,
+) -> None:
+    """A policy tainting with a key config.policyKeys does not list is refused as a whole: its
+    status says Stalled, PolicyKeyNotListed, naming the policy, the key and the chart value,
+    and its node is not written; a policy with the listed default keys converges beside it.
+    `doctor` (rule policy-keys), given the same configuration, names the same key."""
+    listed, unlisted = unique("pool"), unique("pool")
+    good_nodes = await make_nodes("A30", 2, gpus=1, labels={"test/pool": listed})
+    [held] = await make_nodes("A30", 1, gpus=1, labels={"test/pool": unlisted})
+    key = "example.com/unlisted"
+    bad = await policies(
+        "unlisted",
+        hami_policy(unlisted, nodeTaints=[{"key": key, "value": "x", "effect": "NoSchedule"}]),
+    )
+    good = await policies("listed", hami_policy(listed))
+    await wait_nodes(api, good_nodes, configured_by(good))
+
+    async def refused() -> bool:
+        stalled = condition(await policy_status(api, bad), "Stalled")
+        return stalled.get("status") == "True" and stalled.get("reason") == "PolicyKeyNotListed"
+
+    await eventually(refused, timeout=20)
+    message = condition(await policy_status(api, bad), "Stalled")["message"]
+    assert f"policy {bad} asks for the taint key {key}" in message, message
+    assert "config.policyKeys.taints" in message, message
+    assert clean(await node(api, held))
+    _, results = await doctor.check(str(kubeconfig), None, keyed_operator.config, ["policy-keys"])
+    found = [f for f in results.findings if any(o.name == bad for o in f.objects)]
+    assert [f.message.split(" (")[0] for f in found] == [
+        f"spec.nodeTaints: policy {bad} asks for the taint key {key}"
+    ], results.findings

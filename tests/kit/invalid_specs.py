@@ -45,6 +45,10 @@ def _static(*layout: dict[str, Any]) -> dict[str, Any]:
     return {"partitioning": "static", "layout": list(layout)}
 
 
+def _dra_static(*layout: dict[str, Any]) -> dict[str, Any]:
+    return {"devices": "static-mig", "layout": list(layout)}
+
+
 def _node(name: str, model: str | None, gpus: int, **extra: Any) -> dict[str, Any]:
     labels = {CASE_LABEL: name, **extra.pop("labels", {})}
     return {"name": f"case-{name}", "model": model, "gpus": gpus, "labels": labels, **extra}
@@ -235,6 +239,48 @@ _CASES: tuple[InvalidSpec, ...] = (
         "spec.mig.layout",
         "cel",
         "a dynamic one takes none",
+    ),
+    InvalidSpec(
+        "dra-block-without-dra-mode",
+        {"mode": "hami-core", "dra": {"devices": "whole-gpu"}},
+        "spec.dra",
+        "cel",
+        "spec.dra is allowed only with mode: dra",
+    ),
+    InvalidSpec(
+        "dra-static-mig-without-layout",
+        {"mode": "dra", "dra": {"devices": "static-mig"}},
+        "spec.dra.layout",
+        "cel",
+        "devices static-mig needs a layout",
+    ),
+    InvalidSpec(
+        "dra-whole-gpu-with-layout",
+        {"mode": "dra", "dra": {"devices": "whole-gpu", "layout": [{"profiles": {"1g.10gb": 7}}]}},
+        "spec.dra.layout",
+        "cel",
+        "whole-gpu and dynamic-mig take none",
+    ),
+    InvalidSpec(
+        "dra-too-many-slices",
+        {"mode": "dra", "dra": _dra_static({"profiles": {"3g.40gb": 2, "2g.20gb": 1}})},
+        "spec.dra.layout[0].profiles",
+        "cel",
+        "at most 7 compute slices",
+    ),
+    InvalidSpec(
+        "dra-bad-profile-name",
+        {"mode": "dra", "dra": _dra_static({"profiles": {"1g-10gb": 7}})},
+        "spec.dra.layout[0].profiles",
+        "cel",
+        "every key must match",
+    ),
+    InvalidSpec(
+        "dra-empty-profiles",
+        {"mode": "dra", "dra": _dra_static({"gpus": "all", "profiles": {}})},
+        "spec.dra.layout[0].profiles",
+        "cel",
+        "profiles must name at least one MIG profile",
     ),
     InvalidSpec(
         "in-without-values",

@@ -45,7 +45,7 @@ GOOD_VALUES = ["", "true", "a", "on", "x" * 63, "ok.v_1", "A-1"]
 BAD_VALUES = ["x" * 64, "has space", "-bad"]
 EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute", "Never"]
 OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Equals"]
-MODES = ["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
+MODES = ["hami-core", "mig", "whole-gpu", "ascend-vnpu", "dra"]
 PROFILES = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me"]
 BAD_PROFILES = ["9g.1gb", "1g-10gb"]
 
@@ -167,6 +167,19 @@ def mig(draw: st.DrawFn) -> dict[str, Any]:
     return out
 
 
+_DEVICES = pick(["whole-gpu", "static-mig", "dynamic-mig"], ["mig", "gpu"])
+
+
+@st.composite
+def dra(draw: st.DrawFn) -> dict[str, Any]:
+    devices = draw(_DEVICES)
+    out: dict[str, Any] = {} if draw(st.booleans()) else {"devices": devices}
+    fits = draw(TRUE_MOSTLY)
+    if (out.get("devices") == "static-mig") == fits:
+        out["layout"] = draw(_LAYOUTS)
+    return out
+
+
 rollout = optional(
     {
         "maxUnavailable": pick(["1", "25%", "100%"], ["101%", "lots", ""]),
@@ -182,9 +195,9 @@ rollout = optional(
 
 
 _MODE = pick(MODES, ["vgpu"])
-_OTHER_BLOCK = st.sampled_from([None, None, "hamiCore", "mig", "ascendVnpu"])
-_BLOCKS = {"hamiCore": hami_core, "mig": mig(), "ascendVnpu": ascend}
-_MODE_BLOCK = {"hami-core": "hamiCore", "mig": "mig", "ascend-vnpu": "ascendVnpu"}
+_OTHER_BLOCK = st.sampled_from([None, None, "hamiCore", "mig", "ascendVnpu", "dra"])
+_BLOCKS = {"hamiCore": hami_core, "mig": mig(), "ascendVnpu": ascend, "dra": dra()}
+_MODE_BLOCK = {"hami-core": "hamiCore", "mig": "mig", "ascend-vnpu": "ascendVnpu", "dra": "dra"}
 _REST = optional(
     {
         "priority": pick([-1000, -3, 0, 1, 9, 1000, 5.0], [-1001, 5000, *WRONG]),
@@ -224,12 +237,14 @@ name = pick(list(range(1, 64)), list(range(64, 81))).map(
 def typeless_gpus(raw: dict[str, Any]) -> bool:
     """Whether a layout's `gpus` is of a type neither branch of its union has: the CRD cannot
     type that node and lets it through (crdgen's docstring); the models refuse it."""
-    mig_block = raw.get("mig")
-    layouts = mig_block.get("layout") if isinstance(mig_block, dict) else None
-    return isinstance(layouts, list) and any(
-        isinstance(entry, dict)
-        and "gpus" in entry
-        and entry["gpus"] is not None
-        and not isinstance(entry["gpus"], str | list)
-        for entry in layouts
-    )
+    for block in (raw.get("mig"), raw.get("dra")):
+        layouts = block.get("layout") if isinstance(block, dict) else None
+        if isinstance(layouts, list) and any(
+            isinstance(entry, dict)
+            and "gpus" in entry
+            and entry["gpus"] is not None
+            and not isinstance(entry["gpus"], str | list)
+            for entry in layouts
+        ):
+            return True
+    return False

@@ -31,16 +31,27 @@ ALLOWED: dict[str, frozenset[str]] = {
     "crdgen": frozenset({GROUND, "models"}),
     "core.mig": frozenset({GROUND, "models"}),
     "core.dra": frozenset({GROUND, "models"}),
+    "core.admission": frozenset({GROUND, "models"}),
     "core.nodes": frozenset({GROUND, "models", "core.mig"}),
-    "core.volcano": frozenset({GROUND, "models", "core.mig", "core.dra", "core.nodes"}),
+    "core.volcano": frozenset(
+        {GROUND, "models", "core.mig", "core.dra", "core.admission", "core.nodes"}
+    ),
     "core.rollout": frozenset(
-        {GROUND, "models", "core.mig", "core.dra", "core.nodes", "core.volcano"}
+        {GROUND, "models", "core.mig", "core.dra", "core.admission", "core.nodes", "core.volcano"}
     ),
     "core.rules": frozenset(
-        {GROUND, "models", "core.mig", "core.dra", "core.nodes", "core.volcano"}
+        {GROUND, "models", "core.mig", "core.dra", "core.admission", "core.nodes", "core.volcano"}
     ),
 }
-CORE_WINGS = ("core.mig", "core.dra", "core.nodes", "core.volcano", "core.rollout", "core.rules")
+CORE_WINGS = (
+    "core.mig",
+    "core.dra",
+    "core.admission",
+    "core.nodes",
+    "core.volcano",
+    "core.rollout",
+    "core.rules",
+)
 ALLOWED["core"] = frozenset({GROUND, "models", *CORE_WINGS})
 ALLOWED["controller"] = ALLOWED["core"] | {"core", "kubeapi"}
 ALLOWED["agent"] = ALLOWED["controller"]

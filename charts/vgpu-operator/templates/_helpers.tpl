@@ -41,3 +41,35 @@ periodSeconds: {{ $probe.periodSeconds }}
 timeoutSeconds: {{ $probe.timeoutSeconds }}
 failureThreshold: {{ $probe.failureThreshold }}
 {{- end -}}
+{{- /*
+The admission policies' hash: the sha256 of admission-policies.yaml as these values render it,
+without the hash itself. The chart writes it into each policy and binding there (the annotation
+of "vgpu-operator.admissionPolicies.annotations") and into the operator configuration with the
+policies' names ("vgpu-operator.admissionPolicies.config", configmap.yaml); the controller writes
+nothing until the objects in the cluster carry the hash its configuration holds, and are
+enforced (operator/vgpu_operator/core/admission/verdict.py). The file is rendered again here
+with the key `vgpuAdmissionHashing` in its context, which leaves the annotation out: the same
+text whichever template asks, and no recursion.
+*/ -}}
+{{- define "vgpu-operator.admissionPolicies.rendered" -}}
+{{- $context := dict "Values" .Values "Release" .Release "Chart" .Chart "Template" .Template "vgpuAdmissionHashing" true -}}
+{{- include (print .Template.BasePath "/admission-policies.yaml") $context -}}
+{{- end -}}
+{{- define "vgpu-operator.admissionPolicies.annotations" -}}
+{{- if not (hasKey . "vgpuAdmissionHashing") -}}
+vgpu.volcano.sh/admission-policies-hash: {{ include "vgpu-operator.admissionPolicies.rendered" . | sha256sum | quote }}
+{{- end -}}
+{{- end -}}
+{{- /* admissionPolicies of the operator configuration: {hash, names} (models/config_admission.py);
+the names are those of the ValidatingAdmissionPolicies rendered (each binding has its policy's). */ -}}
+{{- define "vgpu-operator.admissionPolicies.config" -}}
+{{- $rendered := include "vgpu-operator.admissionPolicies.rendered" . -}}
+{{- $names := list -}}
+{{- range regexSplit "(?m)^---\\s*$" $rendered -1 -}}
+{{- $doc := fromYaml . -}}
+{{- if eq (toString (get $doc "kind")) "ValidatingAdmissionPolicy" -}}
+{{- $names = append $names $doc.metadata.name -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "hash" ($rendered | sha256sum) "names" $names) -}}
+{{- end -}}

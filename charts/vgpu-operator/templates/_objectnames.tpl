@@ -10,6 +10,18 @@ this one list.
 Output: YAML {namespace: {configmaps: [names], daemonsets: [names], deployments: [names],
 readConfigmaps: [names]}}.
 */ -}}
+{{- /* The plugin DaemonSets the operator places: HAMi's two, and with config.dra the DRA
+driver's kubelet plugin (its defaults as models/config_dra.py has them). */ -}}
+{{- define "vgpu-operator.daemonsets" -}}
+{{- $c := .Values.config -}}
+{{- $out := list $c.devicePlugin $c.ascendDevicePlugin -}}
+{{- if kindIs "map" $c.dra -}}
+{{- $dra := dict "namespace" "dra-driver-nvidia-gpu" "name" "dra-driver-nvidia-gpu-kubelet-plugin" -}}
+{{- $out = append $out (merge (deepCopy ($c.dra.kubeletPluginDaemonSet | default dict)) $dra) -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
 {{- define "vgpu-operator.objects" -}}
 {{- $c := .Values.config -}}
 {{- $m := dict -}}
@@ -17,7 +29,7 @@ readConfigmaps: [names]}}.
 {{- with $c.nvidiaDevicePluginConfig }}{{ $readOnly = append $readOnly . }}{{ end -}}
 {{- $byKind := dict
   "configmaps" (list $c.scheduler.configMap $c.deviceConfig $c.nodeConfig $c.ascendNodeConfig $c.ascendVnpu.schedulerDevice (dict "namespace" "kube-system" "name" "volcano-vgpu-device-config") (dict "namespace" "volcano-system" "name" "volcano-vgpu-device-config"))
-  "daemonsets" (list $c.devicePlugin $c.ascendDevicePlugin)
+  "daemonsets" (include "vgpu-operator.daemonsets" . | fromYamlArray)
   "deployments" (list $c.scheduler.deployment)
   "readConfigmaps" $readOnly -}}
 {{- range $kind := list "configmaps" "daemonsets" "deployments" "readConfigmaps" }}

@@ -8,8 +8,9 @@
   terminal state and the inventory, and none when the node already says both;
 - which Event to post: on a hardware change, a state change, or a failure not reported yet by
   this process; never one per resync;
-- whether another MIG manager owns the node: the GPU Operator's mig-manager, configured by the
-  node's labels (one MIG manager per GPU: the agent then applies no static layout there).
+- whether another MIG manager owns the node: the GPU Operator's mig-manager or HAMi's own device
+  plugin, as the node's labels and annotations show them (`core.nodes.gpu_owners`; one MIG
+  manager per GPU: the agent then applies no static layout there).
 """
 
 from __future__ import annotations
@@ -22,12 +23,9 @@ from pydantic import ValidationError
 
 from vgpu_operator import contract
 from vgpu_operator.agent.apply import Outcome
+from vgpu_operator.core.nodes.gpu_owners import OtherOwner, other_owners
 from vgpu_operator.models.inventory import Inventory
-from vgpu_operator.models.node import (
-    GPU_OPERATOR_MIG_CONFIG_LABEL,
-    GPU_OPERATOR_MIG_MANAGER_LABEL,
-    NodeConfig,
-)
+from vgpu_operator.models.node import NodeConfig
 
 COMPONENT = "vgpu-operator-agent"
 APPLYING = "applying"
@@ -43,7 +41,7 @@ class NodeView:
     state: str | None = None  # the state label
     config_text: str | None = None  # the released configuration, verbatim
     inventory_text: str | None = None  # the inventory the agent reported last, verbatim
-    mig_manager: str | None = None  # the GPU Operator's mig-manager, when configured here
+    other_owners: tuple[OtherOwner, ...] = ()  # who else drives MIG here (core.nodes.gpu_owners)
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -57,47 +55,24 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         state=labels.get(contract.LABEL_STATE),
         config_text=annotations.get(contract.ANN_CONFIG) or None,
         inventory_text=annotations.get(contract.ANN_INVENTORY) or None,
-        mig_manager=gpu_operator_mig_manager(labels),
+        other_owners=other_owners(labels, annotations),
     )
-
-
-def gpu_operator_mig_manager(labels: Mapping[str, str]) -> str | None:
-    """How the GPU Operator's mig-manager is configured on a node, or None when it is not.
-
-    Its DaemonSet runs where `nvidia.com/gpu.deploy.mig-manager` is `true` and applies the config
-    `nvidia.com/mig.config` names. `false` (a policy's disableNvidiaMigManager) means it is not
-    deployed here, whatever `mig.config` still says (the GPU Operator labels MIG-capable nodes
-    `all-disabled` by default); any other value, or a `mig.config` without the deploy label,
-    counts as configured. Labels only: the agent reads no Pods."""
-    deploy = labels.get(GPU_OPERATOR_MIG_MANAGER_LABEL)
-    config = labels.get(GPU_OPERATOR_MIG_CONFIG_LABEL)
-    if deploy == "false" or (deploy is None and config is None):
-        return None
-    said = [
-        f"{k}={v}"
-        for k, v in (
-            (GPU_OPERATOR_MIG_MANAGER_LABEL, deploy),
-            (GPU_OPERATOR_MIG_CONFIG_LABEL, config),
-        )
-        if v is not None
-    ]
-    return ", ".join(said)
 
 
 def mig_manager_block(view: NodeView, released: Released) -> str | None:
     """Why the agent applies nothing to this node, or None: a static MIG layout is released and
-    the GPU Operator's mig-manager is configured here, which would apply its own layout (two MIG
-    managers on one GPU destroy each other's instances)."""
+    another MIG owner is found here (the GPU Operator's mig-manager applies its own layout, HAMi's
+    own plugin creates and destroys instances: two MIG managers on one GPU destroy each other's
+    instances)."""
     config = released.config
-    if view.mig_manager is None or config is None or config.mode != "mig":
+    mig = config.gpu_mig if config is not None else None
+    if not view.other_owners or mig is None or mig.partitioning != "static":
         return None
-    if config.mig is None or config.mig.partitioning != "static":
-        return None
+    owner = view.other_owners[0]
+    more = "".join(f"; also {o.said}: {o.fix}" for o in view.other_owners[1:])
     return (
-        f"the GPU Operator's mig-manager is configured on this node ({view.mig_manager}) and "
-        "owns its MIG layout, so the agent applies no static layout here (one MIG manager per "
-        "GPU). Fix: set disableNvidiaMigManager: true on the node's policy (it labels the node "
-        f"{GPU_OPERATOR_MIG_MANAGER_LABEL}=false), or remove the GPU Operator's MIG labels"
+        f"{owner.said} and owns its MIG layout, so the agent applies no static layout here (one "
+        f"MIG manager per GPU). Fix: {owner.fix}{more}"
     )
 
 
@@ -117,7 +92,9 @@ def released(view: NodeView) -> Released:
     try:
         return Released(config=NodeConfig.from_annotation(view.config_text))
     except (ValidationError, ValueError) as exc:
-        first = str(exc).splitlines()
+        # "\n" only: str.splitlines also breaks at NEL, U+2028 and the like, which the text of
+        # the annotation (a key, quoted in the error) may hold; the log escapes them.
+        first = str(exc).split("\n")
         detail = "; ".join(line.strip() for line in first[:3]) if first else type(exc).__name__
         return Released(error=f"cannot read the annotation {contract.ANN_CONFIG}: {detail}")
 

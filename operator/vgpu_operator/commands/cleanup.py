@@ -38,6 +38,7 @@ from vgpu_operator.commands.cleanup_operator import (
     daemonset_path,
     name_of,
 )
+from vgpu_operator.controller.snapshot import plugin_refs
 from vgpu_operator.core.cleanup import (
     Change,
     finalizer_release,
@@ -241,8 +242,7 @@ class Cleanup(OperatorHandoff):
         known = {name_of(p) for p in policies}
         kept = [n for n in nodes if retaining_node(n, retained, known, default)]
         taints = operator_taints(nodes, policies)
-        plugins = (self.config.device_plugin, self.config.ascend_device_plugin)
-        refs = {(ref.namespace, ref.name) for ref in plugins}
+        refs = set(plugin_refs(self.config))  # HAMi's plugins, the DRA kubelet plugin
         placed = [name_of(n) for n in kept if contract.LABEL_DEVICE_PLUGIN in _labels(n)]
         for namespace, name in sorted(refs):
             path = daemonset_path(namespace, name)

@@ -1,11 +1,17 @@
 """`vgpu-operator doctor`: run every consistency rule against a cluster and say what is wrong.
 
 Read-only (GETs and LISTs only) and independent of the operator: it needs a kubeconfig that may
-read ConfigMaps, Deployments, DaemonSets, Nodes and Pods, and nothing of the operator installed.
-The operator configuration (resource names, where each component lives) is the built-in default
-unless `--config` names the file the operator runs with. Names given as `auto` there are
-resolved from the cluster as the operator resolves them at start, and printed with why;
-`--discover` resolves every name that way (a cluster set up by hand, e.g. in volcano-system).
+read ConfigMaps, Deployments, DaemonSets, Nodes and Pods, and nothing of the operator installed
+(it lists the VGPUNodePolicies for the policy-keys rule where it may, and skips them where the
+CRD is missing or the credentials may not; and reads by name the admission policies and bindings
+the configuration's `admissionPolicies` names, for the rule admission-policies).
+The operator configuration (resource names, where each component lives) is the one `--config`
+names; without it, the one the running operator uses, read from the cluster (the chart's
+ConfigMap `<release>-config`, key config.yaml, found in any namespace by its label
+app.kubernetes.io/name=vgpu-operator), else the built-in default; stderr says which. Names
+given as `auto` there are resolved from the cluster as the operator resolves them at start, and
+printed with why; `--discover` resolves every name that way (a cluster set up by hand, e.g. in
+volcano-system).
 `--list-rules` lists every rule and what it checks, without a cluster.
 
 `--save-snapshot FILE` also writes what was read to FILE (JSON: the objects, every
@@ -15,8 +21,9 @@ VGPUNodePolicies too (a cluster without their CRD is saved with none). No Secret
 saved.
 
 Exit code: 0 when nothing is wrong (notes only), 1 when a rule found an error or a warning, 2 on
-a bad option or an invalid configuration file, 3 when the cluster or a file cannot be reached,
-read or (the snapshot) written (the table below).
+a bad option or an invalid configuration (file or ConfigMap; two operator ConfigMaps in the
+cluster and no `--config`), 3 when the cluster or a file cannot be reached, read or (the
+snapshot) written (the table below).
 """
 
 from __future__ import annotations
@@ -26,14 +33,22 @@ import asyncio
 import json
 import sys
 import textwrap
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vgpu_operator import kubeapi
 from vgpu_operator.commands import exitcodes
+from vgpu_operator.commands.running_config import (
+    ConfigLookupError,
+    announce,
+    from_file,
+    running_config,
+)
 from vgpu_operator.commands.snapshot_file import ClusterRead, SnapshotFileError, read_cluster, save
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
-from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
+from vgpu_operator.models.config import ConfigError, OperatorConfig
 from vgpu_operator.models.config_refs import AUTO
 
 EXIT_USAGE, EXIT_CANNOT_RUN = exitcodes.USAGE, exitcodes.CANNOT
@@ -48,7 +63,10 @@ def add_subcommand(sub: Any) -> None:
     )
     add_connection_arguments(parser)
     parser.add_argument(
-        "--config", metavar="FILE", help="operator configuration file (default: built-in)"
+        "--config",
+        metavar="FILE",
+        help="operator configuration file (default: the running operator's, read from the "
+        "cluster; else built-in)",
     )
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser.add_argument(
@@ -73,8 +91,14 @@ def add_subcommand(sub: Any) -> None:
     parser.set_defaults(func=cmd_doctor)
 
 
-def _load(path: str | None) -> OperatorConfig:
-    return load_config(Path(path).read_text()) if path else OperatorConfig()
+def _load(path: str | None) -> OperatorConfig | None:
+    """The file's configuration, said on stderr; None: the running operator's, looked up in the
+    cluster (commands/running_config.py)."""
+    if not path:
+        return None
+    source = from_file(path)
+    announce("doctor", source)
+    return source.config
 
 
 # Every reference and name discovery can resolve (models/config.py `auto_fields`).
@@ -171,8 +195,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 0
     try:
         config = _load(args.config)
-        if args.discover:
-            config = all_auto(config)
     except OSError as exc:
         print(f"vgpu-operator doctor: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -196,9 +218,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
     try:
         discovery, results = asyncio.run(
-            check(args.kubeconfig, args.context, config, args.rule, args.save_snapshot)
+            check(
+                args.kubeconfig,
+                args.context,
+                config,
+                args.rule,
+                args.save_snapshot,
+                discover=args.discover,
+            )
         )
-    except SnapshotFileError as exc:
+    except (SnapshotFileError, ConfigLookupError) as exc:
         print(f"vgpu-operator doctor: {exc}", file=sys.stderr)
         return exc.code
     except ConfigError as exc:
@@ -235,12 +264,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 async def check(
     kubeconfig: str | None,
     context: str | None,
-    config: OperatorConfig,
+    config: OperatorConfig | None,
     only: list[str] | None,
     save_to: str | None = None,
+    *,
+    discover: bool = False,
 ) -> Any:
-    """(discovery, rule results) of the cluster; with `save_to`, what was read is saved there
-    first (raises SnapshotFileError when it cannot be)."""
+    """(discovery, rule results) of the cluster, checked against `config` (None: the running
+    operator's, read from the cluster and said on stderr; ConfigLookupError when it cannot be
+    used); `discover`: every name resolved from the cluster. With `save_to`, what was read is
+    saved there first (raises SnapshotFileError when it cannot be)."""
+    from vgpu_operator.controller.admission_guard import read_admission
     from vgpu_operator.controller.discovery import read_and_discover
     from vgpu_operator.controller.rules_worker import run_rules
     from vgpu_operator.controller.snapshot import read_snapshot
@@ -248,16 +282,35 @@ async def check(
 
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-doctor")
     async with api:
+        if config is None:
+            source = await running_config(api)
+            announce("doctor", source)
+            config = source.config
+        if discover:
+            config = all_auto(config)
         discovery = await read_and_discover(api, config)  # reads nothing without an `auto`
         if save_to is None:
             snapshot = await read_snapshot(api, discovery.config)
+            snapshot = replace(snapshot, policies=await read_policies(api))
         else:  # what `plan` reads: the same snapshot, and the policies
             read = await read_cluster(api, discovery.config, missing_crd_is_empty=True)
-            snapshot = read.snapshot
+            snapshot = replace(read.snapshot, policies=list(read.policies))
             save_snapshot(save_to, read)  # before the rules run: a rule's failure loses nothing
+        # the chart's admission policies, when the configuration names them (read only here)
+        snapshot = replace(snapshot, admission=await read_admission(api, discovery.config))
     # In a worker process killed at a deadline, as the controller runs them: a rule that
     # stalls on what a ConfigMap holds is reported, and doctor still completes.
     return discovery, await run_rules(snapshot, only=only)
+
+
+async def read_policies(api: Any) -> list[dict[str, Any]]:
+    """Every VGPUNodePolicy, for the policy-keys rule; none where the cluster has no CRD or the
+    credentials may not list them (that rule then checks nothing)."""
+    try:
+        listing = await kubeapi.request(api, "GET", kubeapi.policy_path())
+    except (kubeapi.NotFound, kubeapi.Forbidden):
+        return []
+    return [dict(p) for p in listing.get("items") or [] if isinstance(p, Mapping)]
 
 
 def save_snapshot(path: str, read: ClusterRead) -> None:

@@ -11,8 +11,10 @@ ConfigMap diffs, the DaemonSet patches and restarts, and the findings that would
 What it reads from the cluster (GETs and LISTs only, as `doctor`): every VGPUNodePolicy, Node,
 DaemonSet and running Pod, the ResourceClaims' drivers (where it may list them), the scheduler
 Deployment and the ConfigMaps the operator configuration names; its kubeconfig must allow that.
-Names given as `auto` in the configuration are resolved from the cluster first, as `doctor`
-resolves them.
+The operator configuration is the one `--config` names, else the running operator's, found in
+the cluster as `doctor` finds it (the chart's ConfigMap), else the built-in default; stderr
+says which. Names given as `auto` in the configuration are resolved from the cluster first, as
+`doctor` resolves them.
 
 --snapshot FILE reads no cluster and needs no kubeconfig: it plans over what `vgpu-operator
 doctor --save-snapshot FILE` read, as of the time it read it, with the operator configuration
@@ -20,8 +22,8 @@ recorded there; --config FILE, when given, wins over the recorded one. Its outpu
 the command would have printed against that cluster at that time.
 
 Exit code: 0 when nothing would change, 1 when something would, 2 on a bad option or input file
-(invalid YAML, policy, configuration or snapshot), 3 when the cluster or a file cannot be
-reached or read.
+(invalid YAML, policy, configuration or snapshot; two operator ConfigMaps in the cluster and no
+`--config`), 3 when the cluster or a file cannot be reached or read.
 """
 
 from __future__ import annotations
@@ -39,11 +41,17 @@ import yaml
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.commands import snapshot_file
 from vgpu_operator.commands.plan_output import format_text, to_json
+from vgpu_operator.commands.running_config import (
+    ConfigLookupError,
+    announce,
+    from_file,
+    running_config,
+)
 from vgpu_operator.commands.snapshot_file import ClusterRead, read_cluster
 from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
 from vgpu_operator.core.plan import Plan, plan, proposed
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments
-from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
+from vgpu_operator.models.config import ConfigError, OperatorConfig
 
 EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_USAGE, EXIT_CANNOT = 0, 1, 2, 3  # commands/exitcodes.py
 # The output (`to_json`, `format_text`) is plan_output's, exported here with the command.
@@ -67,8 +75,9 @@ def add_subcommand(sub: Any) -> None:
     parser.add_argument(
         "--config",
         metavar="FILE",
-        help="operator configuration file (default: built-in; with --snapshot: the one the "
-        "snapshot recorded, and this file wins when given)",
+        help="operator configuration file (default: the running operator's, read from the "
+        "cluster, else built-in; with --snapshot: the one the snapshot recorded, and this file "
+        "wins when given)",
     )
     parser.add_argument(
         "--snapshot",
@@ -146,17 +155,22 @@ def plan_over(
 async def compute(
     kubeconfig: str | None,
     context: str | None,
-    config: OperatorConfig,
+    config: OperatorConfig | None,
     name: str | None,
     docs: list[dict[str, Any]],
     now: datetime | None = None,
 ) -> tuple[Plan, list[str]]:
-    """Read the cluster as `doctor` does, and plan."""
+    """Read the cluster as `doctor` does, and plan with `config` (None: the running operator's,
+    read from the cluster and said on stderr; ConfigLookupError when it cannot be used)."""
     from vgpu_operator.controller.discovery import read_and_discover
     from vgpu_operator.kubeapi.credentials import resolve
 
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-plan")
     async with api:
+        if config is None:
+            source = await running_config(api)
+            announce("plan", source)
+            config = source.config
         discovery = await read_and_discover(api, config)  # reads nothing without an `auto`
         read = await read_cluster(api, discovery.config)
     # The rules run in-process here: `doctor` bounds them in a worker; a plan is asked for by
@@ -184,11 +198,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.snapshot and (args.kubeconfig or args.context):
         return fail("--snapshot reads no cluster: leave out --kubeconfig and --context")
     try:
-        config = load_config(Path(args.config).read_text()) if args.config else None
+        source = from_file(args.config) if args.config else None
     except OSError as exc:
         return fail(f"cannot read {args.config}: {exc.strerror}", EXIT_CANNOT)
     except ConfigError as exc:
         return fail(f"invalid configuration {args.config}:\n{exc}")
+    config = source.config if source is not None else None
     if args.snapshot and config is not None and config.auto_fields():
         return fail(
             f"{args.config} has names to resolve from the cluster "
@@ -200,10 +215,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.snapshot:
             result, names = _offline(args.snapshot, config, args.name, docs)
         else:
+            if source is not None:
+                announce("plan", source)
             result, names = asyncio.run(
-                compute(args.kubeconfig, args.context, config or OperatorConfig(), args.name, docs)
+                compute(args.kubeconfig, args.context, config, args.name, docs)
             )
-    except snapshot_file.SnapshotFileError as exc:
+    except (snapshot_file.SnapshotFileError, ConfigLookupError) as exc:
         return fail(str(exc), exc.code)
     except PlanError as exc:
         return fail(str(exc))

@@ -246,10 +246,10 @@ def from_data(data: Any, source: str, config: OperatorConfig | None = None) -> C
         config = _config(data.get("config"), source)
     else:
         notes = _unread(config, data.get("config"))
+    # the object lists by field (typed loosely: ClusterSnapshot's other fields take other types)
+    lists: dict[str, Any] = {attr: _objects(data, key, source) for key, attr in LISTS.items()}
     snapshot = ClusterSnapshot(
-        config=config,
-        claims=_claims(data.get("resourceClaimDrivers"), source),
-        **{attr: _objects(data, key, source) for key, attr in LISTS.items()},
+        config=config, claims=_claims(data.get("resourceClaimDrivers"), source), **lists
     )
     when = when if when.tzinfo else when.replace(tzinfo=UTC)
     return ClusterRead(snapshot, _objects(data, "policies", source), when, notes)

@@ -14,6 +14,10 @@ Each document is one of:
   operator config    a document without kind: the file `run --config` reads;
   Helm values        a document without kind with a `config:` key: the chart's values, whose
                      `config` is the operator configuration (the rest is Helm's schema's).
+A valid policy is also checked against the `policyKeys` of each valid configuration given
+beside it (`-f policies/ -f values.yaml`): a label or taint key it does not list is a problem,
+as the operator refuses the policy for it. A values file that sets no `config.policyKeys`
+takes the chart's default list, which validate does not read: give it explicitly to check.
 A List's items are checked one by one; any other kind is reported as not checked. No cluster
 and no kubeconfig are needed.
 
@@ -36,7 +40,12 @@ import yaml
 
 from vgpu_operator import contract
 from vgpu_operator.commands import exitcodes
-from vgpu_operator.commands.validate_checks import check_config, check_policy
+from vgpu_operator.commands.validate_checks import (
+    check_config,
+    check_policy,
+    check_policy_keys,
+    config_policy_keys,
+)
 from vgpu_operator.commands.validate_spec import Problem
 from vgpu_operator.commands.validate_yaml import parse
 
@@ -79,6 +88,8 @@ class Document:
     name: str = ""
     problems: list[Problem] = field(default_factory=list)
     checked: bool = True  # False: a kind validate does not know
+    # the policy, or the operator configuration (a values file's `config`), as read
+    body: Any = field(default=None, repr=False, compare=False)
 
     @property
     def result(self) -> str:
@@ -127,12 +138,16 @@ def classify(value: Any, file: str, index: int, line: int) -> Document:
     meta = value.get("metadata")
     name = str((meta.get("name") if isinstance(meta, dict) else None) or "")
     if kind == contract.POLICY_KIND:
-        return Document(file, index, line, kind, name, check_policy(value))
+        return Document(file, index, line, kind, name, check_policy(value), body=value)
     if kind is None and "apiVersion" not in value:
         if "config" in value:
             problems = check_config(value["config"], "config")
-            return Document(file, index, line, "HelmValues", problems=problems)
-        return Document(file, index, line, "OperatorConfig", problems=check_config(value))
+            return Document(
+                file, index, line, "HelmValues", problems=problems, body=value["config"]
+            )
+        return Document(
+            file, index, line, "OperatorConfig", problems=check_config(value), body=value
+        )
     return Document(file, index, line, str(kind or ""), name, checked=False)
 
 
@@ -194,7 +209,23 @@ def read_all(paths: list[str]) -> tuple[list[Document], list[tuple[str, str]]]:
                 unreadable.append((str(f), exc.strerror or str(exc)))
                 continue
             docs += validate_text(_decode(data), str(f))
+    check_keys(docs)
     return docs, unreadable
+
+
+def check_keys(docs: list[Document]) -> None:
+    """Each valid policy against the `policyKeys` of each valid configuration among `docs`."""
+    configs = [
+        (d.where(), keys)
+        for d in docs
+        if d.kind in ("OperatorConfig", "HelmValues")
+        and not d.problems
+        and (keys := config_policy_keys(d.body)) is not None
+    ]
+    for d in docs:
+        if d.kind == contract.POLICY_KIND and not d.problems:
+            for where, keys in configs:
+                d.problems += check_policy_keys(d.body, keys, where)
 
 
 def _decode(data: bytes) -> str | None:

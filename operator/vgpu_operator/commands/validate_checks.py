@@ -15,7 +15,9 @@ A VGPUNodePolicy as the apiserver checks it, then as the operator does:
   has only on some node's hardware show on its status once applied.
 
 An operator configuration as the controller loads it (models.config), alone (the `--config`
-file) or as the Helm chart's `config:` value.
+file) or as the Helm chart's `config:` value; and a valid policy against the `policyKeys` of a
+configuration given beside it (`check_policy_keys`: the label and taint keys the operator would
+refuse it for, core.nodes.policy_keys).
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from vgpu_operator.commands.validate_spec import (
     spec_errors,
     unknown_field,
 )
-from vgpu_operator.core.nodes.validate import spec_problems
+from vgpu_operator.core.nodes.policy_keys import unlisted_keys
+from vgpu_operator.core.nodes.validate import parse_policy, spec_problems
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.config_errors import validation_issues
 from vgpu_operator.models.config_refs import DNS_SUBDOMAIN
 from vgpu_operator.models.labels import valid_label_key, valid_label_value
 from vgpu_operator.models.policy import VGPUNodePolicy, VGPUNodePolicySpec
+from vgpu_operator.models.policy_keys import PolicyKeys
 
 # ObjectMeta's fields (kubernetes/kubernetes@v1.35.4:staging/src/k8s.io/apimachinery/pkg/apis/
 # meta/v1/types.go): with field validation Strict the apiserver refuses any other under
@@ -236,3 +240,29 @@ def check_config(raw: Any, prefix: str = "") -> list[Problem]:
             fix += "; a Helm values file holds the operator configuration under its `config:` key"
         problems.append(Problem(field, issue.message, fix, "operator"))
     return problems
+
+
+# ---- a policy against the configuration given beside it ---------------------------------------
+
+
+def config_policy_keys(raw: Any) -> PolicyKeys | None:
+    """The `policyKeys` of a valid operator configuration; None: it is invalid, or sets none."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return OperatorConfig.model_validate(dict(raw)).policy_keys
+    except ValidationError:
+        return None
+
+
+def check_policy_keys(doc: Mapping[str, Any], keys: PolicyKeys, where: str) -> list[Problem]:
+    """The label and taint keys a valid policy asks for that `keys` (the operator configuration
+    at `where`) does not list: the operator refuses the policy for them, as the controller,
+    `plan` and `doctor` do (core.nodes.policy_keys)."""
+    parsed = parse_policy(doc)
+    if not parsed.usable or parsed.policy is None:
+        return []
+    return [
+        Problem(p.field, f"{p.message} (the operator configuration at {where})", p.fix, "operator")
+        for p in unlisted_keys(parsed.policy, keys)
+    ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,6 +50,7 @@ from vgpu_operator.controller.snapshot import (
 )
 from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
+from vgpu_operator.core.findings import ConditionValue
 from vgpu_operator.core.rollout.gpu_pods import gpu_resources
 from vgpu_operator.core.volcano.plugin_refusal import plugin_node_values
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
@@ -75,6 +76,10 @@ class Settings:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     volcano: VolcanoOptions = field(default_factory=VolcanoOptions)
     user_agent: str = USER_AGENT  # tells replicas apart in the audit log
+    # The AdmissionPoliciesEnforced condition of every policy, as the admission check says it
+    # now (controller.admission_guard; None: no such condition, for a controller started
+    # without the runtime and its check, as unit tests start one)
+    admission: Callable[[], ConditionValue] | None = None
 
 
 class Controller:
@@ -105,6 +110,7 @@ class Controller:
             settings.options,
             rollout=RolloutDriver(api, self.events, self.cache, readings),
             configuration=self.configuration,
+            admission=settings.admission,
         )
         self.volcano: VolcanoReconciler | None = None  # off when the options say so
         if self.configuration is not None:

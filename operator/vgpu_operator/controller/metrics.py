@@ -77,6 +77,15 @@ UNSCHEDULABLE_WARNINGS = Counter(
     ["cause"],
 )
 
+ADMISSION_POLICIES_ENFORCED = Gauge(
+    "vgpu_operator_admission_policies_enforced",
+    "1 while the chart's admission policies are checked and enforced, else 0; one series, "
+    "labelled with the AdmissionPoliciesEnforced condition's reason (NotRefused, "
+    "BindingNotDenying, PolicyMissing, ...: the controller then writes nothing; NotRequired, "
+    "NotConfigured: nothing is checked)",
+    ["reason"],
+)
+
 UNKNOWN_STATE = "unknown"
 BLOCKED = "blocked"
 
@@ -137,3 +146,9 @@ def export_policy_conditions(conditions: Mapping[str, Mapping[str, str]]) -> Non
     for policy, types in conditions.items():
         for kind, status in types.items():
             POLICY_CONDITION.labels(policy=policy, condition=kind).set(1 if status == "True" else 0)
+
+
+def export_admission(reason: str, enforced: bool) -> None:
+    """Replace the admission gauge with the last verdict (controller.admission_guard)."""
+    ADMISSION_POLICIES_ENFORCED.clear()
+    ADMISSION_POLICIES_ENFORCED.labels(reason=reason).set(1 if enforced else 0)

@@ -21,11 +21,12 @@ from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.controller.kept import PolicyEntry
 from vgpu_operator.controller.observe import CONDITION as OBSERVED
 from vgpu_operator.controller.observe import Observer
+from vgpu_operator.core.admission.verdict import CONDITION as ADMISSION
 from vgpu_operator.core.findings import CONDITION, ConditionValue, config_condition
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan
 from vgpu_operator.core.nodes.status import compute_status, status_patch
-from vgpu_operator.core.nodes.validate import REFUSED_REASON, ParsedPolicy
+from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.decide import parse_rollout
 from vgpu_operator.models.policy import VGPUNodePolicyStatus
 
@@ -50,6 +51,7 @@ class PolicyStatusWriter:
         *,
         configuration: ConfigurationState | None = None,
         observer: Observer | None = None,
+        admission: Callable[[], ConditionValue] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.api = api
@@ -58,6 +60,7 @@ class PolicyStatusWriter:
         self.request_full = request_full
         self.configuration = configuration
         self.observer = observer
+        self.admission = admission  # the AdmissionPoliciesEnforced condition, as it is now
         self.now = now
         self._written_status: dict[str, dict[str, Any]] = {}
         self._refused_posted: set[tuple[str, str]] = set()  # (policy, refusal)
@@ -101,6 +104,8 @@ class PolicyStatusWriter:
             extra = self.configuration_condition(name, owned)
             if self.observer is not None:
                 extra = {**extra, OBSERVED: self.observer.condition(name)}
+            if self.admission is not None:
+                extra = {**extra, ADMISSION: self.admission()}
             parsed = cluster.policies.get(name, entry.parsed)  # with a refusal, if any
             new = compute_status(parsed, cluster, nodes, old, now, extra, failures)
             conditions[name] = {c.type: c.status for c in new.conditions}
@@ -146,8 +151,9 @@ class PolicyStatusWriter:
     def warn_refused(
         self, parsed: Iterable[ParsedPolicy], policies: Mapping[str, PolicyEntry]
     ) -> None:
-        """One Warning Event per refused policy and refusal (`core.volcano.plugin_refusal`), and
-        the log; again only after the refusal went away and came back."""
+        """One Warning Event per refused policy and refusal (`core.volcano.plugin_refusal`,
+        `core.nodes.policy_keys`; the first refusal's reason), and the log; again only after the
+        refusal went away and came back."""
         now: set[tuple[str, str]] = set()
         for p in parsed:
             entry = policies.get(p.name)
@@ -159,7 +165,7 @@ class PolicyStatusWriter:
                 continue
             log.warning("policy %s refused: %s", p.name, text)
             ref = kubeapi.object_ref(contract.POLICY_KIND, p.name, uid=entry.uid)
-            self.post_event(ref, "Warning", REFUSED_REASON, text)
+            self.post_event(ref, "Warning", p.refused[0].reason, text)
         self._refused_posted.clear()
         self._refused_posted.update(now)
 
@@ -182,8 +188,10 @@ class PolicyStatusWriter:
             self.still_held[name] = still
             if still:
                 log.info("policy %s is being deleted; %d nodes still to clean", name, len(still))
-                if not all(n in backing_off for n in still):
-                    self._retry_soon()  # (a node backing off brings its own pass when due)
+                # (a node backing off brings its own pass when due; in observe mode, nothing
+                # is released until the controller writes again)
+                if self.observer is None and not all(n in backing_off for n in still):
+                    self._retry_soon()
                 continue
             waiter = self._released.get(name)
             if waiter is not None:

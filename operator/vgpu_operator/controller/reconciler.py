@@ -31,15 +31,19 @@ from vgpu_operator.controller.observe import Observer
 from vgpu_operator.controller.policy_writes import EventPoster, PolicyStatusWriter, export_gauges
 from vgpu_operator.controller.rollout import RolloutDriver
 from vgpu_operator.core.backoff import Backoff
+from vgpu_operator.core.findings import ConditionValue
 from vgpu_operator.core.nodes.adoption import OnDelete, with_on_delete_default
+from vgpu_operator.core.nodes.dra_pools import refuse_unservable_dra
 from vgpu_operator.core.nodes.events import node_events, policy_event
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan, plan_cluster
+from vgpu_operator.core.nodes.policy_keys import refuse_unlisted
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.leave import plan_with_leaves
 from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.policy_keys import PolicyKeys
 from vgpu_operator.waiting import run_passes
 
 log = logging.getLogger("vgpu_operator.reconciler")
@@ -60,6 +64,8 @@ class ReconcilerOptions:
     # `mode: observe`: no node written, what enforce would write reported (controller.observe)
     observe: bool = False
     on_delete: OnDelete = "Delete"  # the default of a policy's spec.onDelete (core.nodes.adoption)
+    # The label and taint keys policies may ask for (core.nodes.policy_keys; None: any)
+    policy_keys: PolicyKeys | None = None
 
     def for_config(self, config: OperatorConfig) -> ReconcilerOptions:
         """These options with what the operator config decides for the policy reconciler."""
@@ -68,6 +74,7 @@ class ReconcilerOptions:
             require_gpu_evidence=config.require_gpu_evidence,
             observe=config.mode == "observe",
             on_delete=config.on_delete,
+            policy_keys=config.policy_keys,
         )
 
 
@@ -90,6 +97,7 @@ class Reconciler:
         *,
         rollout: RolloutDriver | None = None,
         configuration: ConfigurationState | None = None,
+        admission: Callable[[], ConditionValue] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         node_backoff: Backoff[str] | None = None,
         clock: Callable[[], float] = time.monotonic,  # the node back-off's time
@@ -118,6 +126,7 @@ class Reconciler:
             self.request_full,
             configuration=configuration,
             observer=self.observer,
+            admission=admission,
             now=now,
         )
         self.passes = 0
@@ -174,10 +183,16 @@ class Reconciler:
         start = time.monotonic()
         nodes, policies = self.cache.snapshot()
         self.node_writer.overlay(nodes)
-        parsed = refuse_ignored(
-            with_on_delete_default((p.parsed for p in policies.values()), self.options.on_delete),
-            self.cache.plugin_values(),
+        parsed = refuse_unlisted(
+            refuse_ignored(
+                with_on_delete_default(
+                    (p.parsed for p in policies.values()), self.options.on_delete
+                ),
+                self.cache.plugin_values(),
+            ),
+            self.options.policy_keys,
         )
+        parsed = refuse_unservable_dra(parsed, self.cache.config.dra)  # core.nodes.dra_pools
         self.status_writer.warn_refused(parsed, policies)
         paced = self.rollout.decide(nodes, parsed) if self.rollout is not None else None
         self._steps = paced.steps if paced is not None else None

@@ -7,6 +7,11 @@ controller (`controller.app.start`) with Kopf's policy index. A standby serves i
 endpoint, exports `vgpu_operator_leader 0` and watches nothing. A leader that loses its lease
 stops Kopf and the controller and then the process (`Runtime.lost`), as client-go's leader
 election does.
+
+Before the controller starts, the leader checks its admission policies
+(`controller.admission_guard`), and keeps checking them: while they are not the chart's or not
+enforced, the controller runs as in observe mode; when that changes, the controller is stopped
+and started again in the other mode (Kopf and the Lease stay).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from vgpu_operator import health, kubeapi
+from vgpu_operator.controller.admission_guard import AdmissionGuard
 from vgpu_operator.controller.app import Controller, Settings, start
 from vgpu_operator.controller.leader import LeaderElectionConfig, LeaderElector, LeadershipLost
 from vgpu_operator.controller.policies import KopfIndex, PolicyCache
+from vgpu_operator.core.admission.verdict import Verdict
 
 log = logging.getLogger("vgpu_operator.handlers")
 
@@ -44,6 +51,10 @@ class Runtime:
     stop_flag: asyncio.Event = field(default_factory=asyncio.Event)  # the process's
     kopf_stop: asyncio.Event | None = None  # the running Kopf's (the process's without election)
     elector: LeaderElector | None = None
+    admission: AdmissionGuard | None = None  # the leader's check of its admission policies
+    _index: KopfIndex | None = None  # Kopf's policy index, for each controller started
+    _switching: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _writes: bool = False  # the running controller writes (False: started as in observe mode)
     _lease_api: kubeapi.Client | None = None
     _health: web.AppRunner | None = None
 
@@ -96,18 +107,60 @@ class Runtime:
                 self.lost = True
 
     async def startup(self, policies: KopfIndex) -> None:
-        """Kopf's start-up: the controller, reading the policies from Kopf's index (Kopf runs
-        only where it may write)."""
-        self.controller = await start(self.settings, PolicyCache(policies))
+        """Kopf's start-up: the admission check's first verdict, then the controller in the
+        mode it allows, reading the policies from Kopf's index (Kopf runs only where it may
+        write)."""
+        self._index = policies
+        cache = PolicyCache(policies)
+        self.admission = AdmissionGuard(
+            self.settings.credentials,
+            self.settings.config,
+            lambda: {name: entry.uid for name, entry in cache.items.items()},
+            self.admission_changed,
+            user_agent=self.settings.user_agent,
+        )
+        await self.admission.start()
+        async with self._switching:  # a verdict coming meanwhile waits for this start
+            self._writes = self.admission.verdict.writes
+            self.controller = await start(self.admission.settings_for(self.settings), cache)
+
+    async def admission_changed(self, verdict: Verdict) -> None:
+        """A new verdict on the admission policies: when it allows writing where the running
+        controller was started not to (or the reverse), the controller is stopped and started
+        again in the mode it allows (the observe path: `controller.observe`); otherwise the
+        policies' condition is written again."""
+        assert self.admission is not None
+        async with self._switching:
+            running = self.controller
+            if running is None:
+                return  # stopping
+            if verdict.writes == self._writes:
+                running.reconciler.request_full()
+                return
+            log.warning(
+                "admission policies: %s; restarting the controller %s",
+                verdict.reason,
+                "in its configured mode" if verdict.writes else "as in observe mode",
+            )
+            await running.stop()
+            self.controller = None
+            self._writes = verdict.writes
+            self.controller = await start(
+                self.admission.settings_for(self.settings), PolicyCache(self._index)
+            )
 
     async def cleanup(self) -> None:
         # Stopped by a signal, Kopf still waits for its stop-flag task: set the flag so it ends
         # at once instead of after Kopf's 5 s grace for hung tasks.
         if self.kopf_stop is not None:
             self.kopf_stop.set()
-        if self.controller is not None:
-            await self.controller.stop()
-            self.controller = None
+        if self.admission is not None:
+            await self.admission.stop()  # no restart of the controller after this
+            self.admission = None
+        async with self._switching:
+            if self.controller is not None:
+                await self.controller.stop()
+                self.controller = None
 
     async def close(self) -> None:
         if self._lease_api is not None:

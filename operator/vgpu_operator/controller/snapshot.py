@@ -23,6 +23,8 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from vgpu_operator import kubeapi
+from vgpu_operator.core.dra.driver import RESOURCE_API as DRA_API
+from vgpu_operator.core.dra.observed import DraApi
 from vgpu_operator.core.rollout.gpu_pods import (
     compact_meta,
     compact_pod,
@@ -189,9 +191,13 @@ async def read_configmaps(api: client.ApiClient, config: OperatorConfig) -> list
 
 
 def plugin_refs(config: OperatorConfig) -> list[tuple[str, str]]:
-    """The DaemonSets the operator configures (and may write)."""
-    refs = [config.device_plugin, config.ascend_device_plugin]
-    return list(dict.fromkeys((r.namespace, r.name) for r in refs))
+    """The DaemonSets the operator configures (and may write): HAMi's plugins, and the DRA
+    driver's kubelet plugin when the config has a `dra` section."""
+    refs = [(r.namespace, r.name) for r in (config.device_plugin, config.ascend_device_plugin)]
+    if config.dra is not None:
+        dra = config.dra.kubelet_plugin_daemon_set
+        refs.append((dra.namespace, dra.name))
+    return list(dict.fromkeys(refs))
 
 
 async def read_workloads(
@@ -231,6 +237,43 @@ async def read_nodes(api: client.ApiClient) -> list[Obj]:
 async def read_pods(api: client.ApiClient) -> list[Obj]:
     pods = await list_all(api, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded"})
     return [compact_pod(p) for p in pods]
+
+
+RESOURCE_GROUP_PATH = "/apis/resource.k8s.io"
+
+
+async def read_dra_api(api: client.ApiClient, config: OperatorConfig) -> DraApi | None:
+    """What the apiserver shows of DRA for the rules (`core.rules.dra`): the served versions of
+    resource.k8s.io (its discovery document), and where v1 is served the DeviceClasses and the
+    ResourceSlices of the configured driver (a field selector on `spec.driver`). Only with the
+    operator config's `dra` section; None when it has none, or a read is refused (the DRA rules
+    then say nothing)."""
+    if config.dra is None:
+        return None
+    try:
+        group = await get_or_none(api, RESOURCE_GROUP_PATH)
+        served = tuple(
+            str(v.get("groupVersion"))
+            for v in (group or {}).get("versions") or []
+            if isinstance(v, Mapping) and v.get("groupVersion")
+        )
+        if DRA_API not in served:
+            return DraApi(served=served)
+        classes, slices = await asyncio.gather(
+            list_all(api, f"/apis/{DRA_API}/deviceclasses"),
+            list_all(
+                api,
+                f"/apis/{DRA_API}/resourceslices",
+                {"fieldSelector": f"spec.driver={config.dra.driver}"},
+            ),
+        )
+    except kubeapi.ApiError:
+        return None
+    return DraApi(
+        served=served,
+        device_classes=tuple(_with_kind(c, "DeviceClass", DRA_API) for c in classes),
+        resource_slices=tuple(_with_kind(s, "ResourceSlice", DRA_API) for s in slices),
+    )
 
 
 def compact_claim(claim: Mapping[str, Any]) -> Obj:
@@ -316,12 +359,13 @@ async def read_snapshot(
     async def no_claims() -> ClaimDrivers | None:
         return None
 
-    configmaps, (deployments, found), node_list, pods, claims = await asyncio.gather(
+    configmaps, (deployments, found), node_list, pods, claims, dra = await asyncio.gather(
         read_configmaps(api, config),
         read_workloads(api, config, daemonsets),
         read_nodes(api) if nodes is None else given(nodes),
         read_pods(api) if gpu_pods is None else given(gpu_pods),
         read_claims(api) if gpu_pods is None else no_claims(),
+        read_dra_api(api, config),
     )
     if gpu_pods is not None:
         views = component_workloads(config, deployments, found)
@@ -335,4 +379,5 @@ async def read_snapshot(
         nodes=node_list,
         pods=pods,
         claims=claims,
+        dra_api=dra,
     )

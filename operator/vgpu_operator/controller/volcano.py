@@ -29,6 +29,7 @@ from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
 from vgpu_operator.controller.snapshot import (
     configmap_refs,
+    plugin_refs,
     read_only_configmap_refs,
     read_snapshot,
 )
@@ -154,12 +155,8 @@ class VolcanoReconciler:
             ref = (namespace or "", name)
             read = (*configmap_refs(cfg), *read_only_configmap_refs(cfg))
             return ref in read or ref == self._scheduler_device
-        if kind == "DaemonSet":
-            refs = {
-                (cfg.device_plugin.namespace, cfg.device_plugin.name),
-                (cfg.ascend_device_plugin.namespace, cfg.ascend_device_plugin.name),
-            }
-            return (namespace, name) in refs
+        if kind == "DaemonSet":  # HAMi's plugins, the DRA kubelet plugin (config.dra)
+            return (namespace or "", name) in plugin_refs(cfg)
         if kind == "Deployment":
             dep = cfg.scheduler.deployment
             return (namespace, name) == (dep.namespace, dep.name)

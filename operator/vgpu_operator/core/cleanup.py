@@ -124,7 +124,7 @@ def node_cleanup(raw: Mapping[str, Any]) -> Change:
         metadata["annotations"] = dict(sorted(annotations.items()))
     else:
         metadata.pop("annotations", None)
-    if facts.config is not None and facts.config.mode == "mig":
+    if facts.config is not None and facts.config.gpu_mig is not None:
         left.append(
             "the GPUs' MIG mode and instances as the agent left them (the agent is gone with "
             "the operator); turn MIG off by hand where needed: nvidia-smi -mig 0"

@@ -28,9 +28,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from vgpu_operator.core.nodes.dra_pools import refuse_unservable_dra
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
 from vgpu_operator.core.nodes.planner import NodePlan, plan_cluster
+from vgpu_operator.core.nodes.policy_keys import refuse_unlisted
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.arrival import arrival_kind
@@ -295,7 +297,9 @@ def plan(
     (`core.rollout.gpu_pods.gpu_pod_of`, `core.volcano.restarts.restart_inputs`). The
     Volcano/HAMi writes are enforce's own write plan (`core.volcano.writes.plan_writes`) for
     that pass, given the restarts so far (`ledger`; none for a process that made none)."""
-    parsed = {p.name: p for p in refuse_ignored(policies, snapshot_plugin_values(s))}
+    checked = refuse_ignored(policies, snapshot_plugin_values(s))
+    listed = refuse_unlisted(checked, s.config.policy_keys)
+    parsed = {p.name: p for p in refuse_unservable_dra(listed, s.config.dra)}
     notes: list[str] = []
     for p in parsed.values():
         if not p.usable and not p.deleting:

@@ -1,6 +1,7 @@
 """The one seam between the operator and the Kubernetes API.
 
 - `request`: one JSON request (reads, merge PATCHes, POSTs), on a client's pool, TLS and auth;
+  `answer`: one whose refusal is expected (a dry run the admission policies must refuse);
 - `list_watch`: list-then-watch as one async iterator (`kubeapi.watch`);
 - the error tree (`kubeapi.errors`): `ApiError` and `NotFound`, `Conflict`, `Gone`,
   `Unauthorized`, `Forbidden`, `Invalid`, `TooManyRequests` (with `retry_after`), `ServerError`,
@@ -31,6 +32,7 @@ from vgpu_operator.kubeapi.request import (
     METADATA_ONLY,
     AuthHealth,
     Client,
+    answer,
     node_path,
     object_ref,
     open_stream,
@@ -67,6 +69,7 @@ __all__ = [
     "WatchEvent",
     "WatchFailed",
     "WatchOptions",
+    "answer",
     "error_for",
     "list_all",
     "list_watch",

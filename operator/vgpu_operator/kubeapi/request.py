@@ -29,11 +29,13 @@ from prometheus_client import Counter, Gauge
 
 from vgpu_operator import contract
 from vgpu_operator.kubeapi.errors import (
+    MESSAGE_LIMIT,
     ApiError,
     Forbidden,
     Unauthorized,
     Unreachable,
     error_for,
+    status_message,
 )
 
 log = logging.getLogger("vgpu_operator.kubeapi")
@@ -242,6 +244,46 @@ async def request(
         resp.release()
     result: dict[str, Any] = json.loads(data) if data else {}
     return result
+
+
+async def answer(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    query: dict[str, str] | None = None,
+    content_type: str = JSON,
+    timeout: float = 10.0,
+) -> tuple[int, str]:
+    """A request whose refusal is the expected answer (the admission check's dry runs,
+    controller.admission_guard): its HTTP status and the apiserver's message, returned rather
+    than raised (status 0: no answer, the message says why). Not counted in
+    `vgpu_operator_api_errors_total` nor in the client's `AuthHealth`: a refusal here is the
+    answer asked for, not a failure of the process."""
+    raw: Any = api
+    try:
+        resp = await raw.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": JSON},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=timeout,
+        )
+        try:
+            data = await resp.read()
+        finally:
+            resp.release()
+    except ApiException as exc:  # what the library raises itself (not for a status)
+        return exc.status or 0, status_message(_text(exc.body)) or str(exc.reason or "")
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return 0, f"no answer: {type(exc).__name__}: {exc}"
+    text = data.decode(errors="replace")
+    return int(resp.status), status_message(text) or text[:MESSAGE_LIMIT]
 
 
 def _verb(method: str, query: list[tuple[str, str]]) -> str:

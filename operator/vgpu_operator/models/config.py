@@ -26,6 +26,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from vgpu_operator.models.config_admission import AdmissionPoliciesRef
+from vgpu_operator.models.config_dra import DraInstallation
 from vgpu_operator.models.config_errors import ConfigError, ConfigIssue, validation_issues
 from vgpu_operator.models.config_mig import MigGeometries
 from vgpu_operator.models.config_refs import (
@@ -41,6 +43,7 @@ from vgpu_operator.models.config_refs import (
 )
 from vgpu_operator.models.gpu_resources import DEFAULT_DRA_DRIVERS
 from vgpu_operator.models.nvidia_plugin_config import NvidiaPluginConfigRef
+from vgpu_operator.models.policy_keys import PolicyKeys
 
 
 class DeviceDefaults(ConfigModel):
@@ -129,8 +132,12 @@ DraDriver = Annotated[
 
 class OperatorConfig(ConfigModel):
     resource_names: ResourceNames = Field(default_factory=ResourceNames, alias="resourceNames")
-    gpu_memory_factor: int = Field(
-        default=1,
+    # MiB per registered memory unit: a volcano.sh/vgpu-memory request of N means N x this MiB
+    # (the plugin registers each GPU's MiB / factor; the scheduler's MIG path multiplies the
+    # request by it). Unset: the one the cluster's device config already has, adopted, never
+    # reset (core/volcano/snapshot.py `ClusterSnapshot.__post_init__`); 1 where it has none.
+    gpu_memory_factor: int | None = Field(
+        default=None,
         ge=1,
         le=1024,
         alias="gpuMemoryFactor",
@@ -217,6 +224,38 @@ class OperatorConfig(ConfigModel):
             "[gpu.nvidia.com]; [] counts no ResourceClaim"
         ),
     )
+    # The node label and taint keys policies may ask for (models.policy_keys): a policy asking
+    # for another is refused (core.nodes.policy_keys). The chart always sets it, from the value
+    # its admission policy holds the controller's node writes to; unset (a configuration the
+    # chart did not render): the operator refuses no key.
+    policy_keys: PolicyKeys | None = Field(
+        default=None,
+        alias="policyKeys",
+        json_schema_extra=fix_hint(
+            "give {labels: [...], taints: [...]}: keys or prefixes ending in '/'"
+        ),
+    )
+    # The installation of NVIDIA's DRA driver the `dra` pools use (models.config_dra); unset: no
+    # policy may use mode dra.
+    dra: DraInstallation | None = None
+    # --- the chart's admission policies (core.admission.verdict) ---
+    # What the chart rendered (their names and hash); unset: no configuration the chart
+    # rendered, nothing to check (reported as NotConfigured).
+    admission_policies: AdmissionPoliciesRef | None = Field(
+        default=None,
+        alias="admissionPolicies",
+        json_schema_extra=fix_hint("leave it to the chart, which renders it"),
+    )
+    # true: the controller writes only while those policies are present, the chart's and
+    # enforced, and otherwise runs as in observe mode; false is the explicit way out.
+    require_admission_policies: bool = Field(
+        default=True,
+        alias="requireAdmissionPolicies",
+        json_schema_extra=fix_hint(
+            "true (the default): write only while the chart's admission policies are enforced; "
+            "false: write without them (RBAC alone confines the operator)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _distinct_configmaps(self) -> OperatorConfig:
@@ -240,6 +279,12 @@ class OperatorConfig(ConfigModel):
                 )
             seen[ref] = field
         return self
+
+    @property
+    def memory_factor(self) -> int:
+        """The gpuMemoryFactor the operator renders: the configured one, else 1 (a snapshot of
+        the cluster has first adopted the device config's own into an unset one)."""
+        return self.gpu_memory_factor or 1
 
     def auto_fields(self) -> list[str]:
         """Every field that is `auto` (dotted aliases, e.g. `deviceConfig.namespace`): what

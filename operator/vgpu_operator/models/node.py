@@ -32,7 +32,7 @@ class NodeConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
-    mode: Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
+    mode: contract.Mode
     policy: str | None = None
     generation: int = 0
     hami_core: HamiCoreSpec | None = Field(default=None, alias="hamiCore")
@@ -57,13 +57,21 @@ class NodeConfig(BaseModel):
         """The device plugin that serves the node in this configuration (None: NVIDIA's)."""
         return contract.device_plugin_for(self.mode, self.mig.partitioning if self.mig else None)
 
+    @property
+    def gpu_mig(self) -> MigSpec | None:
+        """The MIG settings the node's GPUs carry in this configuration, as the agent applies
+        them: mode mig's (dynamic when unset), a dra node's (`mig` holds its static layout or
+        dynamic MIG; unset: whole GPUs); None: MIG off (or no NVIDIA GPU to touch)."""
+        if self.mode == "mig":
+            return self.mig or MigSpec()
+        if self.mode == "dra":
+            return self.mig
+        return None
+
     def same_hardware_as(self, other: NodeConfig | None) -> bool:
-        """True when the GPUs need no change between the two (mode and MIG layout agree)."""
-        mine = self.mig if self.mode == "mig" else None
-        theirs = other.mig if other is not None and other.mode == "mig" else None
-        mig_on = self.mode == "mig"
-        other_mig_on = other is not None and other.mode == "mig"
-        return mig_on == other_mig_on and mine == theirs
+        """True when the GPUs need no change between the two (MIG on or off, and the layout)."""
+        theirs = other.gpu_mig if other is not None else None
+        return self.gpu_mig == theirs
 
 
 class Owned(BaseModel):

@@ -59,15 +59,17 @@ class PlacementRecord(BaseModel):
             return cls()
 
     def adding(
-        self, node_selector: Mapping[str, str], tolerations: Iterable[Mapping[str, str]]
+        self, node_selector: Mapping[str, str | None], tolerations: Iterable[Mapping[str, str]]
     ) -> PlacementRecord:
-        """This record with one more PATCH's nodeSelector entries and added tolerations."""
+        """This record with one more PATCH's nodeSelector entries and added tolerations (an
+        entry the PATCH takes off, null, leaves the record)."""
         known = {toleration_key(t) for t in self.tolerations}
         added = [dict(t) for t in self.tolerations]
         for t in tolerations:
             if toleration_key(t) not in known:
                 known.add(toleration_key(t))
                 added.append(dict(t))
+        merged = {**self.node_selector, **node_selector}
         return PlacementRecord(
-            node_selector={**self.node_selector, **node_selector}, tolerations=added
+            node_selector={k: v for k, v in merged.items() if v is not None}, tolerations=added
         )

@@ -7,7 +7,7 @@ Field names are the CRD's (camelCase). Every cross-field rule is declared once, 
 the model validates (the operator refuses a spec written before the CRD had the rule), both with
 the same field and message (`models.admission`). What CEL cannot express is checked by the
 operator (core.nodes.validate). The spec's parts are models of their own: `policy_modes` (hamiCore,
-ascendVnpu, mig), `policy_rollout` (rollout), `labels` (which label and taint keys are valid).
+ascendVnpu, mig, dra), `policy_rollout` (rollout), `labels` (which label and taint keys are valid).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from vgpu_operator.models.labels import (
     reserved_label,
     system_key,
 )
-from vgpu_operator.models.policy_modes import AscendVnpuSpec, HamiCoreSpec, MigSpec
+from vgpu_operator.models.policy_modes import AscendVnpuSpec, DraSpec, HamiCoreSpec, MigSpec
 from vgpu_operator.models.policy_rollout import RolloutSpec
 
 MAX_NAME_LENGTH = 63  # the policy name is the value of the vgpu.volcano.sh/policy label
@@ -99,10 +99,18 @@ class VGPUNodePolicySpec(PolicyModel):
         "reported, never written.",
     )
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
-    mode: Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu"]
+    mode: Literal["hami-core", "mig", "whole-gpu", "ascend-vnpu", "dra"] = Field(
+        description="How the pool's GPUs are shared: hami-core (HAMi vGPU), mig, whole-gpu "
+        "(NVIDIA's device plugin), ascend-vnpu, or dra (NVIDIA's DRA driver hands them out "
+        "through ResourceClaims; spec.dra says what it publishes)."
+    )
     hami_core: HamiCoreSpec | None = Field(default=None, alias="hamiCore")
     ascend_vnpu: AscendVnpuSpec | None = Field(default=None, alias="ascendVnpu")
     mig: MigSpec | None = None
+    dra: DraSpec | None = Field(
+        default=None,
+        description="Mode dra only: what NVIDIA's DRA driver publishes (unset: whole-gpu).",
+    )
     node_labels: (
         dict[
             Annotated[str, Field(pattern=LABEL_KEY_PATTERN)],
@@ -114,8 +122,9 @@ class VGPUNodePolicySpec(PolicyModel):
         alias="nodeLabels",
         max_length=MAX_NODE_LABELS,
         description="Labels put on the pool's nodes. Unset: the mode's default "
-        "(volcano.sh/vgpu.enabled=true; ascend=on for ascend-vnpu; none for whole-gpu). Keys "
-        "under kubernetes.io/, k8s.io/ (and their subdomains) and vgpu.volcano.sh/ are refused.",
+        "(volcano.sh/vgpu.enabled=true; ascend=on for ascend-vnpu; none for whole-gpu and dra). "
+        "Keys under kubernetes.io/, k8s.io/ (and their subdomains) and vgpu.volcano.sh/ are "
+        "refused.",
     )
     node_taints: list[Taint] | None = Field(
         default=None,
@@ -177,6 +186,12 @@ class VGPUNodePolicySpec(PolicyModel):
             "spec.mig is allowed only with mode: mig",
             lambda spec: spec.mig is None or spec.mode == "mig",
             ".mig",
+        ),
+        AdmissionRule(
+            "!has(self.dra) || self.mode == 'dra'",
+            "spec.dra is allowed only with mode: dra",
+            lambda spec: spec.dra is None or spec.mode == "dra",
+            ".dra",
         ),
         AdmissionRule(
             "!has(self.hamiCore) || self.mode in ['hami-core', 'mig']",
@@ -269,15 +284,27 @@ class VGPUNodePolicySpec(PolicyModel):
         return self
 
     def effective_mig(self) -> MigSpec | None:
-        """The MIG settings that apply: `mig` mode without a block means dynamic."""
+        """The MIG settings the pool's GPUs carry: `mig` mode without a block means dynamic; a
+        `dra` pool's are its `devices` (`DraSpec.mig`); None: MIG off."""
+        if self.mode == "dra":
+            return self.effective_dra().mig()
         if self.mode != "mig":
             return None
         return self.mig or MigSpec()
 
+    def effective_dra(self) -> DraSpec:
+        """A `dra` pool's settings: mode dra without a block hands out whole GPUs."""
+        return self.dra or DraSpec()
+
+    @property
+    def mig_field(self) -> str:
+        """Where the MIG layout of `effective_mig` is written in the spec (for messages)."""
+        return "spec.dra" if self.mode == "dra" else "spec.mig"
+
     def effective_labels(self) -> dict[str, str]:
         if self.node_labels is not None:
             return dict(self.node_labels)
-        if self.mode == "whole-gpu":
+        if self.mode in ("whole-gpu", "dra"):
             return {}
         if self.mode == "ascend-vnpu":
             return dict(contract.ASCEND_DEFAULT_NODE_LABELS)

@@ -1,6 +1,7 @@
 """The per-mode sections of a policy's spec: `hamiCore` (HAMi's per-node overrides), `ascendVnpu`
-(HAMi's Ascend vNPU), `mig` (dynamic or static partitioning, with its layout), and the GPUs the
-device plugin must not register (`filterDevices`)."""
+(HAMi's Ascend vNPU), `mig` (dynamic or static partitioning, with its layout), `dra` (what
+NVIDIA's DRA driver hands out: whole GPUs, a static MIG layout, or dynamic MIG), and the GPUs
+the device plugin must not register (`filterDevices`)."""
 
 from __future__ import annotations
 
@@ -107,3 +108,52 @@ class MigSpec(PolicyModel):
         ),
     )
     model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
+
+
+DraDevices = Literal["whole-gpu", "static-mig", "dynamic-mig"]
+
+
+class DraSpec(PolicyModel):
+    """What NVIDIA's DRA driver publishes on a DRA pool's nodes. `whole-gpu`: MIG off, one
+    device per GPU (DeviceClass gpu.nvidia.com). `static-mig`: the node agent applies `layout`
+    (as mig mode's static layout) and the driver publishes the MIG devices it finds when its
+    kubelet plugin starts (DeviceClass mig.nvidia.com; `GetPerGpuAllocatableDevices` and
+    `discoverMigDevicesByGPU` in kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:
+    cmd/gpu-kubelet-plugin/nvlib.go). `dynamic-mig`: MIG mode on, the driver creates and destroys
+    the instances per claim under its alpha `DynamicMIG` feature gate, one setting per driver
+    installation (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:pkg/featuregates/featuregates.go),
+    which at start destroys every MIG device it did not create (`DestroyUnknownMIGDevices` in
+    kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:cmd/gpu-kubelet-plugin/device_state.go)."""
+
+    devices: DraDevices = Field(
+        default="whole-gpu",
+        description="whole-gpu (MIG off), static-mig (the agent applies layout; the driver "
+        "publishes its MIG devices) or dynamic-mig (the driver's DynamicMIG feature gate "
+        "partitions per claim; the operator config's dra.dynamicMIG must say it is on).",
+    )
+    layout: list[MigLayout] = Field(
+        default_factory=list,
+        max_length=MAX_MIG_LAYOUTS,
+        description="The static MIG layout of static-mig, as spec.mig.layout of mode mig.",
+    )
+
+    RULES = (
+        AdmissionRule(
+            "(has(self.devices) && self.devices == 'static-mig') ? "
+            "(has(self.layout) && size(self.layout) > 0) : "
+            "(!has(self.layout) || size(self.layout) == 0)",
+            "devices static-mig needs a layout (the MIG instances the agent creates and the "
+            "driver publishes); whole-gpu and dynamic-mig take none",
+            lambda dra: bool(dra.layout) == (dra.devices == "static-mig"),
+            ".layout",
+        ),
+    )
+    model_config = ConfigDict(json_schema_extra=cel_rules(RULES))
+
+    def mig(self) -> MigSpec | None:
+        """The MIG settings the node's GPUs carry (None: MIG off), as the agent applies them."""
+        if self.devices == "static-mig":
+            return MigSpec(partitioning="static", layout=list(self.layout))
+        if self.devices == "dynamic-mig":
+            return MigSpec(partitioning="dynamic")
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -63,6 +64,20 @@ def test_released_configuration_parses_or_names_the_error() -> None:
     bad = decide.released(NodeView("n", config_text='{"mode": "warp-drive"}'))
     assert bad.config is None and bad.present
     assert bad.error is not None and contract.ANN_CONFIG in bad.error
+
+
+def test_an_unreadable_configuration_keeps_its_error_whatever_its_text_holds() -> None:
+    # A key holding NEL (U+0085) or U+2028, which str.splitlines takes for line breaks: the
+    # message still says the whole field and what is wrong with it (the log escapes them).
+    key = "1g.10gb\u0085forged\u20282"
+    text = json.dumps(
+        {"mode": "mig", "mig": {"partitioning": "static", "layout": [{"profiles": {key: 1}}]}},
+        ensure_ascii=False,
+    )
+    error = decide.released(NodeView("n", config_text=text)).error
+    assert error is not None
+    assert f"mig.layout.0.profiles.`{key}`" in error, error
+    assert "String should match pattern" in error, error
 
 
 def test_previous_comes_from_the_inventory_and_tolerates_garbage() -> None:

@@ -93,8 +93,10 @@ def test_a_snapshot_comes_back_equal_from_its_file(
     assert (back.policies, back.read_at, back.notes) == ([live], READ_AT, ())
     data = json.loads((tmp_path / "cluster.json").read_text())
     assert (data["kind"], data["formatVersion"]) == ("VGPUClusterSnapshot", 1)
-    # the configuration as the chart's `config:` holds it: what `run --config` reads
-    assert load_config(yaml.safe_dump(data["config"])) == config
+    # the configuration as the chart's `config:` holds it: what `run --config` reads, in effect
+    # (an unset gpuMemoryFactor as the snapshot adopted it from the device config)
+    assert load_config(yaml.safe_dump(data["config"])) == s.config
+    assert s.config == config.model_copy(update={"gpu_memory_factor": s.config.memory_factor})
 
 
 def test_a_snapshot_holds_no_secret(tmp_path: Path) -> None:

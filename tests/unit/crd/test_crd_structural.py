@@ -35,9 +35,13 @@ def test_every_node_has_a_type_except_where_kubernetes_allows_none() -> None:
         )
         assert exempt, f"{path} has no type"
         untyped.append(path)
-    # the documented exception: MigLayout.gpus, "all" | [int]; and the int-or-string
-    # rollout.maxUnavailable (a count or a percent, as a Deployment's)
-    assert untyped == ["root.spec.mig.layout[].gpus", "root.spec.rollout.maxUnavailable"]
+    # the documented exception: MigLayout.gpus, "all" | [int] (mig's layout and a dra pool's);
+    # and the int-or-string rollout.maxUnavailable (a count or a percent, as a Deployment's)
+    assert untyped == [
+        "root.spec.mig.layout[].gpus",
+        "root.spec.dra.layout[].gpus",
+        "root.spec.rollout.maxUnavailable",
+    ]
 
 
 def test_generated_crd_passes_the_checker() -> None:

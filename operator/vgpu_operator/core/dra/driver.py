@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from typing import Final
 
+from vgpu_operator.models.config_dra import (
+    DEFAULT_DRIVER,
+    DEFAULT_PLUGIN_DAEMONSET,
+    DEFAULT_PLUGIN_NAMESPACE,
+)
+
 # kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:cmd/gpu-kubelet-plugin/main.go `DriverName`
-DRIVER: Final = "gpu.nvidia.com"
+DRIVER: Final = DEFAULT_DRIVER
 
 # The GA API of DRA (Kubernetes 1.34+). The chart writes its DeviceClasses in the highest version
 # served and the kubelet plugin builds k8s.io/api/resource/v1 ResourceSlices
@@ -41,6 +47,6 @@ REQUIRED_CLASSES: Final = ("gpu.nvidia.com", "mig.nvidia.com")
 # (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/templates/
 # kubeletplugin.yaml and `selectorLabels` in _helpers.tpl beside it;
 # kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:docs/install.md).
-PLUGIN_DAEMONSET: Final = "dra-driver-nvidia-gpu-kubelet-plugin"
+PLUGIN_DAEMONSET: Final = DEFAULT_PLUGIN_DAEMONSET
 PLUGIN_POD_LABEL: Final = ("dra-driver-nvidia-gpu-component", "kubelet-plugin")
-PLUGIN_NAMESPACE: Final = "dra-driver-nvidia-gpu"
+PLUGIN_NAMESPACE: Final = DEFAULT_PLUGIN_NAMESPACE

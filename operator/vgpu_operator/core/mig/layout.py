@@ -45,10 +45,9 @@ class GpuTarget:
 
 
 def effective_mig(config: NodeConfig | None) -> MigSpec | None:
-    """The MIG settings of a configuration: `mig` mode without a block means dynamic."""
-    if config is None or config.mode != "mig":
-        return None
-    return config.mig or MigSpec()
+    """The MIG settings of a configuration (`NodeConfig.gpu_mig`): `mig` mode without a block
+    means dynamic; a dra node's static layout or dynamic MIG; None: MIG off."""
+    return config.gpu_mig if config is not None else None
 
 
 def switching_into_dynamic(desired: NodeConfig | None, previous: NodeConfig | None) -> bool:
@@ -73,16 +72,16 @@ def resolve_targets(
     """(targets, errors, notes) for every GPU of the node."""
     if desired is None:
         return [], [], ["no configuration released to the node; GPUs left as they are"]
-    if desired.mode in ("hami-core", "whole-gpu"):
+    if desired.mode == "ascend-vnpu":  # NVIDIA GPUs are not ours to change
+        return [], [], [f"mode {desired.mode} does not touch NVIDIA GPUs"]
+    mig = effective_mig(desired)
+    if mig is None:  # hami-core, whole-gpu, dra with whole GPUs: MIG off
         targets = [
             GpuTarget(g.index, mig=False, clear=True, source="spec.mode")
             for g in inv.gpus
             if g.mig_capable
         ]
         return targets, [], []
-    mig = effective_mig(desired)
-    if mig is None:  # ascend-vnpu: NVIDIA GPUs are not ours to change
-        return [], [], [f"mode {desired.mode} does not touch NVIDIA GPUs"]
     if mig.partitioning == "dynamic":
         errors = _not_capable(inv.gpus)
         clear = switching_into_dynamic(desired, previous)

@@ -112,9 +112,11 @@ _PARKED_TEXT = PARKED.to_annotation()
 
 
 def parked_config(current: NodeConfig | None) -> NodeConfig | None:
-    """`config` of a node in no pool: `{mode: whole-gpu}` if it was MIG (the agent turns MIG
-    off; kept from then on), otherwise none."""
-    if current is not None and (current.mode == "mig" or _config_text(current) == _PARKED_TEXT):
+    """`config` of a node in no pool: `{mode: whole-gpu}` if its GPUs were in MIG mode (mode
+    mig, or a dra pool's MIG: the agent turns MIG off; kept from then on), otherwise none."""
+    if current is not None and (
+        current.gpu_mig is not None or _config_text(current) == _PARKED_TEXT
+    ):
         return PARKED
     return None
 

@@ -8,7 +8,8 @@ Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the 
   its reason), a label or taint collision, an agent that failed, or a node whose writes the
   apiserver keeps refusing), a conflict (`Conflict`), or a change the device plugin cannot apply
   (`PluginIgnoresNodeValues`: the message names the field and the fix; its nodes are held,
-  `core.volcano.plugin_refusal`);
+  `core.volcano.plugin_refusal`), or a label or taint key the operator config's policyKeys does
+  not list (`PolicyKeyNotListed`, `core.nodes.policy_keys`: held the same way);
 - `Conflict`: present only while some node is selected by this policy and another one of the same
   priority; the message names the nodes and the other policies;
 - conditions computed elsewhere, passed in as `extra_conditions` (e.g. `ConfigConsistent`, from
@@ -37,7 +38,7 @@ from pydantic import ValidationError
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan
-from vgpu_operator.core.nodes.validate import REFUSED_REASON, ParsedPolicy
+from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.models.policy import (
     MAX_PROBLEM_NODES,
     Condition,
@@ -217,16 +218,16 @@ def compute_status(
         if pending:
             why = "Progressing"
             if suspended:
-                why = REFUSED_REASON if parsed.refused else "Suspended"
+                why = _refused_reason(parsed) or "Suspended"
             conditions["Ready"] = ("False", why, summary)
         elif owned:
             conditions["Ready"] = ("True", "Ready", summary)
         else:
             conditions["Ready"] = ("True", "NoMatchingNodes", "no node matches spec.nodeSelector")
         conditions["Stalled"] = ("False", "NoProblems", "")
-    if parsed.refused:  # core.volcano.plugin_refusal: the change needs a person
-        conditions["Stalled"] = ("True", REFUSED_REASON, refused)
-        conditions["Reconciling"] = ("False", REFUSED_REASON, "the change is refused: nodes held")
+    if (refusal := _refused_reason(parsed)) is not None:  # the change needs a person
+        conditions["Stalled"] = ("True", refusal, refused)
+        conditions["Reconciling"] = ("False", refusal, "the change is refused: nodes held")
     elif suspended:
         conditions["Reconciling"] = ("False", "Suspended", "spec.suspend is true: nodes are held")
     elif pending:
@@ -237,6 +238,12 @@ def compute_status(
     return _finish(
         name, generation, {**extra, **conditions}, problems, len(owned), len(ready), old_status, now
     )
+
+
+def _refused_reason(parsed: ParsedPolicy) -> str | None:
+    """The reason of the policy's first refusal (`core.volcano.plugin_refusal`:
+    PluginIgnoresNodeValues; `core.nodes.policy_keys`: PolicyKeyNotListed), None: not refused."""
+    return parsed.refused[0].reason if parsed.refused else None
 
 
 def _leaving(facts: NodeFacts, policy: str) -> NodeRollout | None:

@@ -169,7 +169,7 @@ def spec_problems(spec: VGPUNodePolicySpec) -> list[Problem]:
         if not keys:
             problems.append(
                 Problem(
-                    field=f"spec.mig.layout[{i}].gpus",
+                    field=f"{spec.mig_field}.layout[{i}].gpus",
                     reason="InvalidSpec",
                     message="an empty GPU list selects no GPU",
                     fix='write gpus: all, or the GPU indexes, e.g. "gpus: [0, 1]"',
@@ -180,10 +180,10 @@ def spec_problems(spec: VGPUNodePolicySpec) -> list[Problem]:
             if clash:
                 problems.append(
                     Problem(
-                        field=f"spec.mig.layout[{i}].gpus",
+                        field=f"{spec.mig_field}.layout[{i}].gpus",
                         reason="LayoutOverlap",
                         message=f"GPU {key} is already given a layout by "
-                        f"spec.mig.layout[{clash[0]}]",
+                        f"{spec.mig_field}.layout[{clash[0]}]",
                         fix="give every GPU at most one layout entry (gpus: all only alone)",
                     )
                 )
@@ -323,7 +323,8 @@ def node_problems(
             Problem(
                 "spec.mode",
                 "MigNotSupported",
-                f"node {node} has {product or 'GPUs'} without MIG support; mode mig cannot apply",
+                f"node {node} has {product or 'GPUs'} without MIG support; "
+                f"{spec.mig_field} cannot apply",
                 selector_fix,
                 node,
             )
@@ -338,7 +339,7 @@ def node_problems(
             if missing:
                 problems.append(
                     Problem(
-                        f"spec.mig.layout[{i}].gpus",
+                        f"{spec.mig_field}.layout[{i}].gpus",
                         "GpuIndexOutOfRange",
                         f"node {node} has {count} GPUs (indexes 0-{count - 1}); no GPU {missing}",
                         "list only GPU indexes every node of the pool has, or narrow "
@@ -347,14 +348,18 @@ def node_problems(
                     )
                 )
         if model is not None:
-            problems.extend(_layout_fit(node, model, i, dict(entry.profiles)))
+            problems.extend(_layout_fit(node, model, i, dict(entry.profiles), spec.mig_field))
     return problems
 
 
 def _layout_fit(
-    node: str, model: gpu_catalog.GpuModel, index: int, profiles: dict[str, int]
+    node: str,
+    model: gpu_catalog.GpuModel,
+    index: int,
+    profiles: dict[str, int],
+    where: str = "spec.mig",
 ) -> list[Problem]:
-    field = f"spec.mig.layout[{index}].profiles"
+    field = f"{where}.layout[{index}].profiles"
     known = ", ".join(f"{p.name} (max {p.max_count})" for p in model.profiles)
     unknown = sorted(p for p in profiles if model.profile(p) is None)
     if unknown:

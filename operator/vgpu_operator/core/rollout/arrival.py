@@ -26,7 +26,9 @@ def arrival_kind(target: NodeConfig | None, view: NodeView) -> ChangeKind:
     without an inventory, when the MIG mode may switch (the node shows MIG on and the target is
     not MIG, or the reverse) or the target is a static layout (what stands there is not known,
     so nothing is guessed safe). Dynamic MIG over GPUs already in MIG mode keeps the instances
-    there (`core.mig.layout.switching_into_dynamic`: nothing applied yet is no switch)."""
+    there (`core.mig.layout.switching_into_dynamic`: nothing applied yet is no switch). A busy
+    node arriving in a dra pool always goes through the gate: the DRA driver would publish the
+    GPUs its pods hold through another plugin."""
     config = view.facts.config
     if config is not None or target is None:
         return change_kind(target, config)
@@ -39,10 +41,13 @@ def arrival_kind(target: NodeConfig | None, view: NodeView) -> ChangeKind:
     if inventory is not None and inventory.gpus:
         steps = plan_node(inventory, target, inventory.applied).steps
         return "disruptive" if any(s.kind in DESTRUCTIVE for s in steps) else "trivial"
+    if target.mode == "dra":
+        return "disruptive"  # its GPUs change owners: the DRA driver publishes what pods hold
     mig_on = shows_mig_on(view)
-    if target.mode != "mig":
+    mig = target.gpu_mig
+    if mig is None:
         return "disruptive" if mig_on else "trivial"
-    static = target.mig is not None and target.mig.partitioning == "static"
+    static = mig.partitioning == "static"
     return "disruptive" if static or not mig_on else "trivial"
 
 

@@ -83,8 +83,12 @@ __all__ = [
 ]
 
 # The released modes whose GPU pods depend on what the operator set: HAMi's vGPU shares (its
-# plugin, the node-config entry, the taint keeping other pods off), MIG (instances), Ascend vNPU.
-PACED_MODES = frozenset({"hami-core", "mig", "ascend-vnpu"})
+# plugin, the node-config entry, the taint keeping other pods off), MIG (instances), Ascend vNPU,
+# DRA (the driver's kubelet plugin the operator places there prepares and unprepares the claims
+# of the node's pods: a node leaves DRA only once no pod holding a claim remains on it; a claim
+# whose last pod is gone is deallocated by kube-controller-manager, `syncClaim` in
+# kubernetes/kubernetes@v1.35.4:pkg/controller/resourceclaim/controller.go).
+PACED_MODES = frozenset({"hami-core", "mig", "ascend-vnpu", "dra"})
 
 
 def leavable_policies(policies: Iterable[ParsedPolicy]) -> dict[str, VGPUNodePolicy]:

@@ -96,7 +96,9 @@ def plugin_readings(
     if not nodes:
         return {}
     running: set[str] = set()
-    plugins = [w for w in (snapshot.plugin, snapshot.ascend_plugin) if w is not None]
+    plugins = [
+        w for w in (snapshot.plugin, snapshot.ascend_plugin, snapshot.dra_plugin) if w is not None
+    ]
     for workload in plugins:
         for pod in snapshot.pods_of(workload):
             node = (pod.get("spec") or {}).get("nodeName")

@@ -272,7 +272,21 @@ def _short(name: str, limit: int = 60) -> str:
 
 @rule("gpu-memory-factor", "no node registers more than 60,000 memory entries")
 def check_memory_factor(s: ClusterSnapshot) -> Iterator[Issue]:
+    """Above 1, the factor is also said as what it does to every pod (info): a vgpu-memory
+    request of N means N x factor MiB, in hami-core mode (the plugin registers each GPU's MiB /
+    factor and limits the container to N x factor MiB) and in MIG mode (the scheduler multiplies
+    the request by it: volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go)."""
     factor = plugin_factor(s)
+    if factor > 1 and s.vgpu_nodes:
+        src = s.plugin_device_config
+        memory = s.config.resource_names.memory
+        yield info(
+            cm_ref(src.namespace, src.name),
+            f"gpuMemoryFactor is {factor}: a {memory} request of N means N x {factor} MiB "
+            f"(a pod written for 3000 MiB asks for 3000 x {factor} = {3000 * factor} MiB)",
+            fix=f"write {memory} requests in units of {factor} MiB (N = MiB / {factor}), or ask "
+            f"for a share with {s.config.resource_names.memory_percentage}",
+        )
     for node in s.vgpu_nodes:
         records = s.registered(node)
         if records:

@@ -11,6 +11,8 @@ from vgpu_operator import contract
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_ref
 from vgpu_operator.core.volcano.placement import (
+    GPU_CLIENT_LABEL,
+    GPU_CLIENT_VALUE,
     Placement,
     placement_patch_text,
     placements,
@@ -33,6 +35,7 @@ from vgpu_operator.core.volcano.snapshot import (
     pod_done,
 )
 from vgpu_operator.core.volcano.workloads import ASCEND_IMAGE_HINT
+from vgpu_operator.models.config_refs import WorkloadRef
 from vgpu_operator.models.node import Owned
 from vgpu_operator.models.volcano_views import ContainerView, WorkloadView
 
@@ -62,6 +65,21 @@ def _is_gpu_pool_node(s: ClusterSnapshot, name: str) -> bool:
     return node is not None and s.released(node) is not None
 
 
+def gpu_client_text(p: Placement) -> str:
+    """What the GPU Operator's client selector of the placement changes, and why."""
+    if p.gpu_client == "added":
+        return (
+            f"it has no nodeSelector {GPU_CLIENT_LABEL}={GPU_CLIENT_VALUE}, which every node it "
+            "serves carries: the GPU Operator's mig-manager stops, before a MIG change, only the "
+            "DaemonSet pods whose nodeSelector has that key (NVIDIA/mig-parted@v0.15.0:"
+            "pkg/mig/reconfigure/reconfigure.go), so it changes MIG under a running plugin"
+        )
+    return (
+        f"its nodeSelector {GPU_CLIENT_LABEL} (the operator's) would keep it off a node it serves "
+        "that lacks the label"
+    )
+
+
 def _placement_issues(s: ClusterSnapshot, p: Placement, what: str) -> Iterator[Issue]:
     ds = ObjectRef(kind="DaemonSet", name=p.name, namespace=p.namespace)
     if p.excluded:
@@ -87,11 +105,14 @@ def _placement_issues(s: ClusterSnapshot, p: Placement, what: str) -> Iterator[I
             roles = [_node_role(s, n) for n in p.extra[:10]]
             more = f" and {len(p.extra) - 10} more" if len(p.extra) > 10 else ""
             parts.append("but on " + ", ".join(roles) + more)
-        if not parts:
+        selector = p.patch["spec"]["template"]["spec"].get("nodeSelector") or {}
+        if not parts and contract.LABEL_DEVICE_PLUGIN in selector:
             parts.append(
                 f"today by chance: it has no nodeSelector on {contract.LABEL_DEVICE_PLUGIN}, so "
                 "a node joining a static-MIG or whole-gpu pool would get it"
             )
+        if p.gpu_client is not None:  # the GPU Operator's client selector (core.volcano.placement)
+            parts.append(gpu_client_text(p))
         severe = bool(p.unreached) or any(_is_gpu_pool_node(s, n) for n in p.extra)
         restarts = (
             "enforce mode applies it; it restarts the plugin pods, so it counts as a restart "
@@ -109,7 +130,10 @@ def _placement_issues(s: ClusterSnapshot, p: Placement, what: str) -> Iterator[I
         yield (error if severe else info if adopted else warning)(
             ds,
             f"the {what} device plugin does not run exactly on the {len(p.served)} node(s) "
-            f"labelled {contract.LABEL_DEVICE_PLUGIN}={p.plugin}: " + "; ".join(parts),
+            f"labelled {contract.LABEL_DEVICE_PLUGIN}={p.plugin}: " + "; ".join(parts)
+            if p.unreached or p.extra or contract.LABEL_DEVICE_PLUGIN in selector
+            else f"the {what} device plugin runs on the {len(p.served)} node(s) labelled "
+            f"{contract.LABEL_DEVICE_PLUGIN}={p.plugin}, but " + "; ".join(parts),
             fix=f"kubectl -n {p.namespace} patch daemonset {p.name} --type=strategic -p "
             f"'{placement_patch_text(p)}' ({restarts})",
             fixable=s.config.restarts.allowed,
@@ -154,9 +178,14 @@ def check_placement(s: ClusterSnapshot) -> Iterator[Issue]:
         ),
         (s.config.ascend_device_plugin, s.ascend_plugin, s.plugin_nodes("ascend"), "Ascend"),
     ]
+    if s.config.dra is not None:  # the DRA driver's kubelet plugin, placed the same way
+        dra = s.config.dra.kubelet_plugin_daemon_set
+        ref = WorkloadRef(namespace=dra.namespace, name=dra.name)
+        targets.append((ref, s.dra_plugin, s.plugin_nodes("dra"), "DRA kubelet"))
+    fields = {"vGPU": "devicePlugin", "Ascend": "ascendDevicePlugin"}
     for ref, view, nodes, what in targets:
         ds = ObjectRef(kind="DaemonSet", name=ref.name, namespace=ref.namespace)
-        field = "devicePlugin" if what == "vGPU" else "ascendDevicePlugin"
+        field = fields.get(what, "dra.kubeletPluginDaemonSet")
         shown = [name_of(n) for n in nodes[:5]]
         if view is None:
             if nodes:

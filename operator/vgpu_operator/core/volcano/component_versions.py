@@ -79,6 +79,21 @@ def scheduler_rejects_five_fields(v: Version) -> bool:
     return v >= V1_12
 
 
+# The last Volcano whose `predicates` plugin reads `predicate.DynamicResourceAllocationEnable`
+# (default false: kube-scheduler's DRA plugin off) from its arguments
+# (volcano-sh/volcano@v1.14.4:pkg/scheduler/plugins/predicates/predicates.go, as from v1.13.0).
+# From v1.15.0 the argument is no longer read and DRA follows the DynamicResourceAllocation feature
+# gate, on since Kubernetes 1.34 (volcano-sh/volcano@v1.15.1:pkg/scheduler/plugins/predicates/
+# predicates.go).
+SCHEDULER_LAST_DRA_ARGUMENT = Version(1, 14, 99)
+
+
+def scheduler_reads_dra_argument(v: Version) -> bool:
+    """Volcano <= v1.14.x schedules ResourceClaims only with
+    `predicate.DynamicResourceAllocationEnable: true` on its predicates plugin."""
+    return v <= SCHEDULER_LAST_DRA_ARGUMENT
+
+
 def scheduler_parses_string_bools(v: Version) -> bool:
     """From Volcano v1.15.0 `Arguments.GetBool` parses a string switch with `strconv.ParseBool`
     (a quoted "true" is true); up to v1.14.4 only a YAML boolean counts

@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 from vgpu_operator import contract
+from vgpu_operator.core.volcano.component_versions import scheduler_reads_dra_argument
 from vgpu_operator.core.volcano.render import (
     Rendered,
     RenderError,
@@ -99,6 +100,17 @@ def _with_configmap(
     return replace(s, configmaps=[*rest, new])
 
 
+def scheduler_needs_dra(s: ClusterSnapshot) -> bool:
+    """Whether the scheduler conf must switch kube-scheduler's DRA plugin on in `predicates`: a
+    node is in a dra pool or on its way there, and the scheduler reads the switch (Volcano <=
+    v1.14.x), or its version is not known (the argument is harmless where it is not read; left
+    out where it is, no claim of a Volcano job would ever be allocated)."""
+    if not s.dra_nodes:
+        return False
+    version = s.scheduler_container.version if s.scheduler_container else None
+    return version is None or scheduler_reads_dra_argument(version)
+
+
 def configmaps(
     s: ClusterSnapshot, stamp: str, notes: list[str]
 ) -> tuple[ClusterSnapshot, list[ConfigMapWrite]]:
@@ -136,11 +148,12 @@ def configmaps(
         ),
     ]
     if s.scheduler_cm is not None:
+        dra = scheduler_needs_dra(s)
         steps.append(
             (
                 cfg.scheduler.config_map,
-                lambda cm: render_scheduler_conf(cm, cfg, stamp),
-                "deviceshare arguments",
+                lambda cm: render_scheduler_conf(cm, cfg, stamp, dra=dra),
+                "deviceshare and predicates arguments" if dra else "deviceshare arguments",
             )
         )
     out: list[ConfigMapWrite] = []

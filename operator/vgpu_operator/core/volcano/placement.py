@@ -1,10 +1,15 @@
 """Would a DaemonSet's pod land on a node? nodeSelector, required node affinity and taints, with
 Kubernetes' semantics (the DaemonSet controller adds tolerations for `node.kubernetes.io/*`).
-And the patch that makes HAMi's device plugin DaemonSets run exactly on the nodes the node
-contract's `vgpu.volcano.sh/device-plugin` label marks for them (`plan_placement`): the plugins
-as shipped have no nodeSelector and tolerate none of the policies' taints
+And the patch that makes the device plugin DaemonSets the operator places run exactly on the
+nodes the node contract's `vgpu.volcano.sh/device-plugin` label marks for them
+(`plan_placement`), one placement decision per plugin: HAMi's plugins as shipped have no
+nodeSelector and tolerate none of the policies' taints
 (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:volcano-vgpu-device-plugin.yml), so they run on
-static-MIG and CPU nodes and on none of the tainted vGPU nodes.
+static-MIG and CPU nodes and on none of the tainted vGPU nodes; the kubelet plugin of NVIDIA's DRA
+driver selects no label of its own and an affinity on any NVIDIA GPU node
+(kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/values.yaml
+`kubeletPlugin.nodeSelector: {}`, `kubeletPlugin.affinity`), so it would run beside NVIDIA's and
+HAMi's plugins on every GPU node.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 from vgpu_operator import contract
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, labels_of, meta, name_of
 from vgpu_operator.models.node import Owned
+from vgpu_operator.models.placement import PlacementRecord
 from vgpu_operator.models.policy import Taint
 from vgpu_operator.models.volcano_views import WorkloadView, workload_view
 
@@ -133,6 +139,7 @@ class Placement:
     extra: tuple[str, ...] = ()  # nodes it reaches now that are not labelled for it
     still_unreached: tuple[tuple[str, str], ...] = ()  # after the patch (taints not ours)
     added_tolerations: tuple[dict[str, str], ...] = ()
+    gpu_client: str | None = None  # "added" or "removed": the gpu.deploy.client selector
 
     @property
     def ref(self) -> tuple[str, str, str]:
@@ -143,9 +150,13 @@ class Placement:
         """The patch is not sent (yet): the DaemonSet already reaches every node labelled for
         its plugin (tolerating their taints) and no other, as a person placed it. The
         `plugin-placement` rule notes that it is right by chance; the operator patches once it
-        is not."""
-        return self.patch is not None and not (
-            self.unreached or self.extra or self.added_tolerations
+        is not. Never for the DRA kubelet plugin: its chart admits every NVIDIA GPU node, so
+        only the vGPU pools' taints keep it off them, and a pool moving to dra loses its taint
+        before its nodes are released (its pods would land on nodes still HAMi's)."""
+        return (
+            self.plugin != "dra"
+            and self.patch is not None
+            and not (self.unreached or self.extra or self.added_tolerations or self.gpu_client)
         )
 
 
@@ -170,7 +181,52 @@ def _policy_taints(node: Mapping[str, Any]) -> list[Taint]:
     return [t for t in owned.taints if t.effect in BLOCKING]
 
 
+# --- the GPU Operator's GPU-client selector (begin) ---
+# GPU Operator v26.7.0 labels GPU nodes `nvidia.com/gpu.deploy.client=true`
+# (NVIDIA/gpu-operator@v26.7.0:controllers/state_manager.go `gpuStateLabels`); before a MIG change
+# its mig-manager sets that label to `paused-for-mig-change` and waits until every DaemonSet pod
+# on the node whose spec.nodeSelector has the key is gone (NVIDIA/mig-parted@v0.15.0:
+# pkg/mig/reconfigure/reconfigure.go `shutdownKubernetesGPUClients`, `waitForPodsWithNodeSelector`:
+# the nodeSelector only, not affinity). A plugin placed without the key keeps running through the
+# change. The operator never writes the label; it selects on it only where every node the plugin
+# serves carries it (elsewhere the selector would keep the plugin off nodes that need it), and
+# takes its own selector off again when that stops being so.
+GPU_CLIENT_LABEL = "nvidia.com/gpu.deploy.client"
+GPU_CLIENT_VALUE = "true"
+GPU_CLIENT_PAUSED = "paused-for-mig-change"
+
+
+def client_selector(
+    view: WorkloadView, served: Sequence[Mapping[str, Any]], record: PlacementRecord
+) -> tuple[str | None, str | None]:
+    """(the change: "added", "removed" or None; the nodeSelector value to write, None to take
+    the key off). A selector on the key that the operator did not set is left as it is."""
+    current = view.node_selector.get(GPU_CLIENT_LABEL)
+    ours = current is not None and record.node_selector.get(GPU_CLIENT_LABEL) == current
+    wanted = bool(served) and all(
+        labels_of(n).get(GPU_CLIENT_LABEL) in (GPU_CLIENT_VALUE, GPU_CLIENT_PAUSED) for n in served
+    )
+    if wanted and current is None:
+        return "added", GPU_CLIENT_VALUE
+    if not wanted and ours:
+        return "removed", None
+    return None, None
+
+
+def _unpaused(view: WorkloadView, node: Mapping[str, Any]) -> WorkloadView:
+    """The view as it reaches a node mig-manager paused for a MIG change: the plugin leaves it on
+    purpose then and comes back when the label is `true` again."""
+    if labels_of(node).get(GPU_CLIENT_LABEL) != GPU_CLIENT_PAUSED:
+        return view
+    kept = {k: v for k, v in view.node_selector.items() if k != GPU_CLIENT_LABEL}
+    return replace(view, node_selector=kept)
+
+
+# --- the GPU Operator's GPU-client selector (end) ---
+
+
 def _why_not(view: WorkloadView, node: Mapping[str, Any]) -> str | None:
+    view = _unpaused(view, node)
     problem = selector_problem(view, node)
     if problem:
         return problem
@@ -208,11 +264,17 @@ def plan_placement(
             if labels_of(n).get(SelectorKey) != plugin and reaches(view, n)
         )
     )
+    client, client_value = client_selector(view, served, PlacementRecord.of(daemonset))
+    dropped = {SelectorKey, GPU_CLIENT_LABEL} if client == "removed" else {SelectorKey}
     own = replace(
-        view, node_selector={k: v for k, v in view.node_selector.items() if k != SelectorKey}
+        view, node_selector={k: v for k, v in view.node_selector.items() if k not in dropped}
     )
     excluded = tuple(
-        sorted((name_of(n), p) for n in served if (p := selector_problem(own, n)) is not None)
+        sorted(
+            (name_of(n), p)
+            for n in served
+            if (p := selector_problem(_unpaused(own, n), n)) is not None
+        )
     )
     if excluded:
         return replace(base, excluded=excluded, unreached=unreached, extra=extra)
@@ -226,13 +288,19 @@ def plan_placement(
         tolerations.append(toleration_for(taint))
         added.append(toleration_for(taint))
     spec: dict[str, Any] = {}
+    selector: dict[str, str | None] = {}
     if view.node_selector.get(SelectorKey) != plugin:
-        spec["nodeSelector"] = {SelectorKey: plugin}
+        selector[SelectorKey] = plugin
+    if client is not None:
+        selector[GPU_CLIENT_LABEL] = client_value
+    if selector:
+        spec["nodeSelector"] = selector
     if added:
         spec["tolerations"] = tolerations
+    merged = {**view.node_selector, **selector, SelectorKey: plugin}
     after = replace(
         view,
-        node_selector={**view.node_selector, SelectorKey: plugin},
+        node_selector={k: v for k, v in merged.items() if v is not None},
         tolerations=tuple(tolerations),
     )
     still = tuple(
@@ -245,6 +313,7 @@ def plan_placement(
         extra=extra,
         still_unreached=still,
         added_tolerations=tuple(added),
+        gpu_client=client,
     )
 
 
@@ -254,10 +323,11 @@ def placement_patch_text(p: Placement) -> str:
 
 
 def placements(s: ClusterSnapshot) -> list[Placement]:
-    """The placement of each HAMi plugin DaemonSet the operator keeps: the vGPU plugin's once
-    the operator manages nodes, the Ascend plugin's too when Ascend vNPU is enabled. Nothing
-    before any node is managed (a nodeSelector on a label no node has yet would stop the
-    plugin everywhere)."""
+    """The placement of each plugin DaemonSet the operator keeps: HAMi's vGPU plugin's once
+    the operator manages nodes, the Ascend plugin's too when Ascend vNPU is enabled, the DRA
+    driver's kubelet plugin's with the operator config's `dra` (that installation serves the dra
+    pools only, so it runs nowhere while there are none). Nothing before any node is managed (a
+    nodeSelector on a label no node has yet would stop the plugin everywhere)."""
     if not any(contract.ANN_CONFIG in (meta(n).get("annotations") or {}) for n in s.nodes):
         return []
     targets: list[tuple[str, str, contract.DevicePlugin]] = [
@@ -266,6 +336,9 @@ def placements(s: ClusterSnapshot) -> list[Placement]:
     if s.config.ascend_vnpu.enabled:
         ref = s.config.ascend_device_plugin
         targets.append((ref.namespace, ref.name, "ascend"))
+    if s.config.dra is not None:
+        dra = s.config.dra.kubelet_plugin_daemon_set
+        targets.append((dra.namespace, dra.name, "dra"))
     out = []
     for namespace, name, plugin in targets:
         ds = s.daemonset(namespace, name)

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpu_operator import contract
+from vgpu_operator.core.dra.observed import DraApi
 from vgpu_operator.core.volcano import node_inputs
 from vgpu_operator.core.volcano.component_versions import scheduler_parses_string_bools
 from vgpu_operator.core.volcano.geometry import ReportedGpuModel, reported_from_inventory
@@ -44,6 +45,9 @@ from vgpu_operator.models.volcano_views import (
     parse_scheduler_conf,
     workload_view,
 )
+
+if TYPE_CHECKING:
+    from vgpu_operator.core.admission.verdict import Observation
 
 Obj = dict[str, Any]
 # GFD writes the NVML name with spaces as dashes; known models map back exactly.
@@ -179,6 +183,36 @@ class ClusterSnapshot:
     # Each ResourceClaim's allocated drivers (models.gpu_resources); None: not read, every
     # claim counts.
     claims: ClaimDrivers | None = None
+    # What the apiserver shows of DRA (read only with the operator config's `dra` section);
+    # None: not read, the DRA rules say nothing.
+    dra_api: DraApi | None = None
+    # The chart's admission policies and bindings as read (core.admission.verdict); None: not
+    # read (only `doctor` reads them, for the rule admission-policies).
+    admission: Observation | None = None
+    # The VGPUNodePolicies as `doctor` reads them (the policy-keys rule); empty where the reader
+    # does not hand them in (the controller's passes: a refused policy's status says it).
+    policies: list[Obj] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """An unset `gpuMemoryFactor` is the one the cluster already has: it is the unit of
+        every vgpu-memory request there, so it is adopted, not reset to 1. The plugin's
+        `--gpu-memory-factor` when given (it overrides the ConfigMap in every version that has
+        it: core/rules/plugin.py `plugin_factor`), else the device config the operator renders;
+        0 or absent is 1 to the plugin: then nothing is adopted."""
+        if self.config.gpu_memory_factor is not None:
+            return
+        c = self.plugin_container
+        flag = c.flags.get("gpu-memory-factor") if c is not None else None
+        live: int | None
+        if flag is not None and flag.value and flag.value.isdigit():
+            live = int(flag.value)
+        else:
+            ref = self.config.device_config
+            nvidia = self.device_source(ref.namespace, ref.name).nvidia
+            live = nvidia.gpu_memory_factor if nvidia is not None else None
+        if live is not None and 1 <= live <= 1024:
+            adopted = self.config.model_copy(update={"gpu_memory_factor": live})
+            object.__setattr__(self, "config", adopted)
 
     # --- lookups ----------------------------------------------------------------------------
 
@@ -288,6 +322,15 @@ class ClusterSnapshot:
         return self._workload(self.daemonsets, ref.namespace, ref.name)
 
     @cached_property
+    def dra_plugin(self) -> WorkloadView | None:
+        """The kubelet plugin DaemonSet of the DRA driver the operator config's `dra` names
+        (None: no `dra` section, or not found)."""
+        if self.config.dra is None:
+            return None
+        ref = self.config.dra.kubelet_plugin_daemon_set
+        return self._workload(self.daemonsets, ref.namespace, ref.name)
+
+    @cached_property
     def plugin_namespaces(self) -> tuple[str, ...]:
         """Where the plugin looks for `volcano-vgpu-device-config`, in order (its name is fixed;
         a later plugin takes `--device-config-namespace` / `DEVICE_CONFIG_NAMESPACE`)."""
@@ -357,6 +400,20 @@ class ClusterSnapshot:
         for node in self.nodes:
             rc = self.released(node)
             if rc is not None and rc.mode in modes:
+                out.append(node)
+        return out
+
+    @cached_property
+    def dra_nodes(self) -> list[Obj]:
+        """Managed nodes in a dra pool or on their way there: released or targeted mode dra."""
+        out = []
+        for node in self.nodes:
+            released = self.released(node)
+            try:
+                target = NodeConfig.from_annotation(annotations_of(node).get(contract.ANN_TARGET))
+            except ValueError:
+                target = None
+            if any(c is not None and c.mode == "dra" for c in (released, target)):
                 out.append(node)
         return out
 

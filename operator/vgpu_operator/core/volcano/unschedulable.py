@@ -94,7 +94,7 @@ class FitContext:
     memory_names: frozenset[str] = frozenset({"volcano.sh/vgpu-memory"})
     percentage_names: frozenset[str] = frozenset({"volcano.sh/vgpu-memory-percentage"})
     scheduler_name: str = "volcano"
-    memory_factor: int = 1
+    memory_factor: int = 1  # gpuMemoryFactor: a vgpu-memory request of N means N x this MiB
     device_config: str = "kube-system/volcano-vgpu-device-config"  # for messages
     scheduler_conf: str = "volcano-system/volcano-scheduler-configmap"  # for messages
     # Legacy switches: None when the scheduler conf is unknown (nothing is said then).
@@ -105,6 +105,15 @@ class FitContext:
     @property
     def vgpu_names(self) -> frozenset[str]:
         return self.count_names | self.memory_names | self.percentage_names
+
+    def amount(self, memory: int | None) -> str:
+        """A vgpu-memory figure as the components read it: N units of gpuMemoryFactor MiB (the
+        plugin registers each GPU's MiB / factor and limits the container to N x factor MiB;
+        the MIG path multiplies the request by the factor)."""
+        if memory is None or self.memory_factor == 1:
+            return f"{memory} MiB"
+        factor = self.memory_factor
+        return f"{memory} (x gpuMemoryFactor {factor}: {memory * factor} MiB)"
 
 
 @dataclass(frozen=True)
@@ -270,7 +279,8 @@ def _fit(asks: list[ContainerAsk], mode: str | None, ctx: FitContext, names: str
         if not both:
             return Cause(
                 "vgpu-number-too-large",
-                f"container {ask.name} asks for {ask.count} vGPUs of {ask.memory} MiB each, and "
+                f"container {ask.name} asks for {ask.count} vGPUs of {ctx.amount(ask.memory)} "
+                "each, and "
                 f"no node that serves it {_in_mode(mode)}has {ask.count} GPUs that large (nodes "
                 f"with that many GPUs have smaller ones). Fix: ask for fewer or smaller vGPUs, "
                 "or add nodes with more large GPUs to a vGPU policy",
@@ -337,24 +347,28 @@ def _too_much_memory(
     ask: ContainerAsk, mode: str | None, candidates: list[NodeShape], ctx: FitContext
 ) -> Cause:
     assert ask.memory is not None
-    factor = f" (MiB / gpuMemoryFactor {ctx.memory_factor})" if ctx.memory_factor > 1 else ""
+    asked = ctx.amount(ask.memory)
     if mode == "mig":
         largest = max((i for s in candidates for i in s.instances), default=0)
+        at_most = (
+            f"{largest} MiB" if ctx.memory_factor == 1 else ctx.amount(largest // ctx.memory_factor)
+        )
         return Cause(
             "no-mig-geometry",
-            f"container {ask.name} asks for {ask.memory} MiB per vGPU in mig mode, but no MIG "
+            f"container {ask.name} asks for {asked} per vGPU in mig mode, but no MIG "
             f"geometry of the MIG nodes' GPUs has an instance that large: the largest is "
             f"{largest} MiB ({ctx.device_config}, knownMigGeometries). Fix: ask for at most "
-            f"{largest} MiB of vGPU memory, or run the pod in hami-core mode (remove "
+            f"{at_most} of vGPU memory, or run the pod in hami-core mode (remove "
             f"{POD_VGPU_MODE})",
         )
     gpu = max((s.memory or 0 for s in candidates if s.mode != "mig"), default=0)
     instance = max((i for s in candidates if s.mode == "mig" for i in s.instances), default=0)
     largest = max(gpu, instance // ctx.memory_factor if ctx.memory_factor > 1 else instance)
+    has = str(largest) if ctx.memory_factor == 1 else ctx.amount(largest)
     return Cause(
         "vgpu-memory-too-large",
-        f"container {ask.name} asks for {ask.memory} MiB{factor} per vGPU, more than any GPU "
-        f"of the nodes that serve it {_in_mode(mode)}has: the largest has {largest}. Fix: ask "
+        f"container {ask.name} asks for {asked} per vGPU, more than any GPU "
+        f"of the nodes that serve it {_in_mode(mode)}has: the largest has {has}. Fix: ask "
         f"for at most {largest} (or for a share of a GPU with "
         f"{', '.join(sorted(ctx.percentage_names))}), or add nodes with larger GPUs to a vGPU "
         "policy",

@@ -43,8 +43,11 @@ Obj = dict[str, Any]
 
 def _placement_what(p: Placement) -> str:
     parts = []
-    if p.patch is not None and "nodeSelector" in p.patch["spec"]["template"]["spec"]:
-        parts.append(f"nodeSelector {contract.LABEL_DEVICE_PLUGIN}={p.plugin}")
+    spec = p.patch["spec"]["template"]["spec"] if p.patch is not None else {}
+    for key, value in (spec.get("nodeSelector") or {}).items():  # the plugin's; gpu.deploy.client
+        parts.append(
+            f"nodeSelector {key}={value}" if value is not None else f"no nodeSelector {key}"
+        )
     for t in p.added_tolerations:
         value = f"={t['value']}" if t.get("value") else ""
         parts.append(f"toleration {t['key']}{value}:{t['effect']}")
@@ -77,8 +80,9 @@ def _strategic(template_spec: Mapping[str, Any], patch: Mapping[str, Any]) -> Ob
     tolerations replaced (no merge key), containers merged by name."""
     out = dict(template_spec)
     for key, value in patch.items():
-        if key == "nodeSelector":
-            out[key] = {**(out.get(key) or {}), **value}
+        if key == "nodeSelector":  # a null value takes the key off
+            merged = {**(out.get(key) or {}), **value}
+            out[key] = {k: v for k, v in merged.items() if v is not None}
         elif key == "containers":
             by_name = {c["name"]: c for c in value}
             out[key] = [

@@ -37,6 +37,15 @@ EXPECTED_RULES = {
     "plugin-placement",
     "plugin-node-config-mounted",
     "nvidia-device-plugin-conflict",
+    "hami-stack-conflict",
+    "dra-driver-conflict",
+    "mig-manager-conflict",
+    "dra-api-not-served",
+    "dra-deviceclass",
+    "dra-node-slices",
+    "dra-plugin-placement",
+    "dra-second-owner",
+    "dra-feature-gates",
     "scheduler-default-resource-names",
     "version-handshake",
     "node-registration",
@@ -44,6 +53,7 @@ EXPECTED_RULES = {
     "mig-memory-above-hardware",
     "gpu-memory-factor",
     "node-input-bounds",
+    "policy-keys",
     "restart-needed",
     "stranded-pods",
     "legacy-gpu-sharing",
@@ -54,6 +64,7 @@ EXPECTED_RULES = {
     "mig-geometry-reports",
     "payload-readable",
     "ascend-soft-slicing",
+    "admission-policies",
 }
 
 

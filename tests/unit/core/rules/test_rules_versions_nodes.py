@@ -243,7 +243,12 @@ def test_the_factor_the_plugin_applies_is_counted() -> None:
         d["spec"]["template"]["spec"]["containers"][0]["args"].append("--gpu-memory-factor=4")
 
     snap = edit(replace(snap, nodes=doubled), "daemonsets", "volcano-device-plugin", factor4)
-    assert findings(snap, "gpu-memory-factor") == []
+    [said] = findings(snap, "gpu-memory-factor")  # no warning: only the unit, said
+    assert said.severity == "info"
+    assert said.message == (
+        "gpuMemoryFactor is 4: a volcano.sh/vgpu-memory request of N means N x 4 MiB (a pod "
+        "written for 3000 MiB asks for 3000 x 4 = 12000 MiB)"
+    )
 
 
 def test_a_model_the_agent_reports_is_covered_by_the_operator() -> None:

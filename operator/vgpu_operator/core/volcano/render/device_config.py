@@ -1,14 +1,15 @@
 """`volcano-vgpu-device-config` / `device-config.yaml`.
 
-The operator owns, in the `nvidia:` section: the four resource names, `gpuMemoryFactor`, the
-defaults (`deviceSplitCount`, `deviceMemoryScaling`, `deviceCoreScaling`, `defaultMemory`,
-`defaultCores`, `defaultGPUNum`, `overwriteEnv`) and `knownMigGeometries`, to which it only
-appends (core.volcano.geometry), and whose MIG memory it lowers to what each instance surely has
-(core.volcano.mig_memory). With Ascend vNPU on it also owns the top-level `vnpus:` section, a copy
-of the one in `hami-scheduler-device` in the form the scheduler's version parses
-(render.vnpus; the scheduler reads both sections from this one ConfigMap:
-volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go). Every other section and key,
-and every comment, is kept.
+The operator owns, in the `nvidia:` section: the four resource names, `gpuMemoryFactor` (the
+configured one; unset, the live one is kept; a change is said in the notes: it changes the unit
+of every pod's vgpu-memory request), the defaults (`deviceSplitCount`, `deviceMemoryScaling`,
+`deviceCoreScaling`, `defaultMemory`, `defaultCores`, `defaultGPUNum`, `overwriteEnv`) and
+`knownMigGeometries`, to which it only appends (core.volcano.geometry), and whose MIG memory it
+lowers to what each instance surely has (core.volcano.mig_memory). With Ascend vNPU on it also
+owns the top-level `vnpus:` section, a copy of the one in `hami-scheduler-device` in the form
+the scheduler's version parses (render.vnpus; the scheduler reads both sections from this one
+ConfigMap: volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/config/config.go). Every other
+section and key, and every comment, is kept.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def desired_nvidia(config: OperatorConfig) -> dict[str, Any]:
         "deviceSplitCount": d.device_split_count,
         "deviceMemoryScaling": number(d.device_memory_scaling),
         "deviceCoreScaling": number(d.device_core_scaling),
-        "gpuMemoryFactor": config.gpu_memory_factor,
+        "gpuMemoryFactor": config.memory_factor,
     }
 
 
@@ -134,6 +135,15 @@ def render_device_config(
         nvidia = CommentedMap()
         doc["nvidia"] = nvidia
         changed = True
+    factor = plain(nvidia.get("gpuMemoryFactor"))
+    if isinstance(factor, int) and factor >= 1 and factor != config.memory_factor:
+        # an unset gpuMemoryFactor is the live one (core/volcano/snapshot.py): only an explicit
+        # setting changes it, and that changes the unit of every pod's request: said
+        notes.append(
+            f"gpuMemoryFactor {factor} -> {config.memory_factor} (the operator config's): a "
+            f"volcano.sh/vgpu-memory request of N now means N x {config.memory_factor} MiB, "
+            f"not N x {factor} MiB"
+        )
     for key, value in desired_nvidia(config).items():
         if key not in nvidia or plain(nvidia[key]) != value:
             nvidia[key] = value

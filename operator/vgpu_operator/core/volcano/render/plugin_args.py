@@ -52,7 +52,7 @@ def desired_flags(version: Version, config: OperatorConfig) -> dict[str, str]:
     flags["device-split-count"] = str(d.device_split_count)
     flags["device-cores-scaling"] = _num(d.device_core_scaling)
     if version >= Version(1, 9, 4):  # the flag exists from v1.9.4 (cmd/vgpu/main.go)
-        flags["gpu-memory-factor"] = str(config.gpu_memory_factor)
+        flags["gpu-memory-factor"] = str(config.memory_factor)
     return flags
 
 

@@ -11,7 +11,12 @@ and docs/user-guide/how_to_use_vnpu.md):
 - `deviceshare.AscendHAMiVNPUEnable: true` when Ascend vNPU (HAMi mode) is on;
 - the legacy `GPUSharingEnable`/`GPUNumberEnable` switched off (with `VGPUEnable` the scheduler
   exits), and `enablePredicate: false` on deviceshare undone;
-- a `predicates` plugin (its allocate handler writes the devices into the pod annotations).
+- a `predicates` plugin (its allocate handler writes the devices into the pod annotations);
+- `predicate.DynamicResourceAllocationEnable: true` on it while a dra pool exists and the
+  scheduler is older than v1.15.0 or of an unknown version (`component_versions.
+  scheduler_reads_dra_argument`; a later one does not read it and nothing changes). It is never
+  taken off again: the argument is harmless without DRA pools, and removing it would restart the
+  scheduler for nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ def desired_deviceshare_arguments(config: OperatorConfig) -> dict[str, Any]:
         args["deviceshare.AscendHAMiVNPUEnable"] = True
     return args
 
+
+DRA_ARGUMENT = "predicate.DynamicResourceAllocationEnable"
 
 _DEFAULTS = {
     "deviceshare.KnownGeometriesCMName": DEFAULT_DEVICE_CONFIG_NAME,
@@ -118,9 +125,30 @@ def _wanted(args: Mapping[str, Any], key: str, value: Any) -> bool:
     return bool(_DEFAULTS.get(key) != value)
 
 
+def _enable_dra(tiers: Any) -> bool:
+    """`predicate.DynamicResourceAllocationEnable: true` (a YAML boolean: Volcano <= v1.14 reads
+    no other form) on the predicates plugin; whether that changed the conf."""
+    found = _find(tiers, "predicates")
+    assert found is not None  # _ensure_plugins put one there
+    plugins = _plugins(tiers[found[0]])
+    assert plugins is not None
+    entry = plugins[found[1]]
+    args = entry.get("arguments")
+    if not isinstance(args, MutableMapping):
+        args = CommentedMap()
+        entry["arguments"] = args
+    if args.get(DRA_ARGUMENT) is True:
+        return False
+    args[DRA_ARGUMENT] = True
+    return True
+
+
 def render_scheduler_conf(
-    cm: Mapping[str, Any] | None, config: OperatorConfig, now: str
+    cm: Mapping[str, Any] | None, config: OperatorConfig, now: str, *, dra: bool = False
 ) -> Rendered:
+    """The scheduler conf with the operator's deviceshare arguments, and with kube-scheduler's
+    DRA plugin switched on in `predicates` when `dra` (a dra pool exists and the scheduler reads
+    the switch)."""
     ref = config.scheduler.config_map
     if cm is None:
         raise RenderError(
@@ -145,6 +173,8 @@ def render_scheduler_conf(
             changed = True
     if plugin.get("enablePredicate") is False:
         plugin["enablePredicate"] = True
+        changed = True
+    if dra and _enable_dra(doc["tiers"]):
         changed = True
     data = cm_data(cm)
     if not changed:
