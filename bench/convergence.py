@@ -2,7 +2,8 @@
 
 For each N: two disjoint pools of N kwok nodes on one local apiserver (heartbeats running).
 - floor: a bare kubernetes-asyncio client sends exactly the PATCHes the operator would send
-  (computed by the same pure core) with the same bounded concurrency;
+  (computed by the same pure core) with the same bounded concurrency, as the operator's
+  ServiceAccount (the same RBAC and admission policies as the operator's writes);
 - operator: `vgpu-operator run` in its own process, as deployed (its own interpreter, the
   chart's RBAC), running and idle; then the policy is created.
 Both are timed the same way: from the first request (the first PATCH; the policy's creation)
@@ -483,8 +484,12 @@ class Run:
     machine_cpu: float
 
 
-async def floor_run(api: Any, cluster: LocalCluster, n: int) -> Run:
-    """The bare client's PATCHes over a pool of its own (created, timed, deleted)."""
+async def floor_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -> Run:
+    """The bare client's PATCHes over a pool of its own (created, timed, deleted). The client
+    sends them as the operator's ServiceAccount (`kubeconfig`), so the apiserver runs the same
+    RBAC and admission on them as on the operator's: the chart's ValidatingAdmissionPolicies
+    check every Node write of that identity (their CEL took a fifth of the apiserver's CPU in
+    the operator's runs, an apiserver profile of 2026-11-26), which an admin's PATCHes skip."""
     apiserver = cluster.pids["kube-apiserver"]
     pool, names = await make_pool(api, "floor", n)
     facts = [node_facts(x) for x in await pool_nodes(api, pool)]
@@ -492,13 +497,16 @@ async def floor_run(api: Any, cluster: LocalCluster, n: int) -> Run:
     await quiet_machine(n)
     offset = cluster.audit_offset()
     cpu0, machine0 = cpu_seconds(apiserver), machine_cpu_seconds()
-    seconds, began = await phase(
-        f"floor over {n} nodes",
-        converge_deadline(n),
-        lambda progress: converge(api, pool, n, floor_writes(api, pool, plans), progress),
-    )
+    as_operator = await Credentials(kubeconfig=str(kubeconfig)).client(pool_size=CONCURRENCY + 8)
+    async with as_operator:
+        writer = floor_writes(as_operator, pool, plans)
+        seconds, began = await phase(
+            f"floor over {n} nodes",
+            converge_deadline(n),
+            lambda progress: converge(api, pool, n, writer, progress),
+        )
     api_cpu, machine = cpu_seconds(apiserver) - cpu0, machine_cpu_seconds() - machine0
-    writes = node_patches(cluster, "admin", offset, names)
+    writes = node_patches(cluster, OPERATOR_USER, offset, names)
     log(f"floor over {n} nodes, other requests: {other_requests(cluster, offset, names)}")
     await phase(f"deleting {n} floor nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names))
     return Run(seconds, began, writes, 0.0, api_cpu, machine)
@@ -553,9 +561,9 @@ async def convergence(
     `operator_first` swaps the order, to show what the order costs."""
     if operator_first:
         op = await operator_run(api, cluster, kubeconfig, n)
-        floor = await floor_run(api, cluster, n)
+        floor = await floor_run(api, cluster, kubeconfig, n)
     else:
-        floor = await floor_run(api, cluster, n)
+        floor = await floor_run(api, cluster, kubeconfig, n)
         op = await operator_run(api, cluster, kubeconfig, n)
     return Convergence(
         n,
