@@ -6,7 +6,9 @@ Starts the control plane, creates GPU nodes of several models and one CPU node, 
 CRDs and the chart's RBAC, Volcano v1.15.1's scheduler and HAMi's volcano-vgpu-device-plugin
 v1.12.0 (its DaemonSet's pods run on the kwok nodes; `pluginsim` plays the process inside each
 one, registering the node's GPUs from the node-config the plugin mounts, as the real plugin
-does at start), puts the demo's operator configuration
+does at start), NVIDIA's DRA driver's DeviceClasses and kubelet plugin for the DRA pool
+(`demo_dra`: the plugin's pods publish their node's ResourceSlice, and a claim workload runs
+there), puts the demo's operator configuration
 (`examples/demo/operator-config/config.yaml`: gpuMemoryFactor for 8 x 80 GB nodes) where the
 chart keeps it (its ConfigMap vgpu-system/vgpu-operator-config, key config.yaml, as `helm
 template` renders it), runs the operator under its ServiceAccount with what that ConfigMap
@@ -37,7 +39,7 @@ import yaml
 from kubernetes_asyncio import config as kubeconfig_loader
 from prometheus_client import start_http_server
 
-from vgpu_devcluster import binaries, upstream
+from vgpu_devcluster import binaries, demo_dra, upstream
 from vgpu_devcluster.agentproc import (
     AgentProcess,
     FakeGpus,
@@ -45,10 +47,12 @@ from vgpu_devcluster.agentproc import (
     stop_all,
 )
 from vgpu_devcluster.cluster import LocalCluster, free_port
+from vgpu_devcluster.dra_kubelet import KubeletPluginSimulator
 from vgpu_devcluster.install import (
     apply,
     install_agent_access,
     install_operator_access,
+    install_operator_roles,
     render_chart,
 )
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
@@ -60,11 +64,13 @@ from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import read_snapshot
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.config_dra import DEFAULT_PLUGIN_NAMESPACE as DRA_NAMESPACE
 
 DEMO_NODES: tuple[NodeSpec, ...] = (
     *(NodeSpec(f"rtx4090-{i}", "RTX-4090", 4) for i in range(3)),
     *(NodeSpec(f"a100-{i}", "A100-SXM4-80GB", 8) for i in range(2)),
     NodeSpec("h100-0", "H100-80GB-HBM3", 8),
+    *demo_dra.DRA_NODES,
     NodeSpec("cpu-0"),
 )
 
@@ -90,7 +96,9 @@ def _operator_labels(obj: dict[str, Any]) -> list[str]:
     return [f"{k}={v}" for k, v in sorted((owned.get("labels") or {}).items())]
 
 
-def node_table(nodes: list[dict[str, Any]]) -> str:
+def node_table(nodes: list[dict[str, Any]], published: dict[str, int] | None = None) -> str:
+    """One row per node; REGISTERED: what HAMi's plugin registered, or on a DRA node the
+    devices the DRA driver publishes (`published`: node -> devices)."""
     rows = [
         ("NODE", "GPU", "POLICY", "MODE", "LABELS-SET", "TAINTS", "CONFIG", "REGISTERED", "STATE")
     ]
@@ -116,7 +124,7 @@ def node_table(nodes: list[dict[str, Any]]) -> str:
                 ",".join(_operator_labels(obj)) or "-",
                 ",".join(taints) or "-",
                 cfg,
-                registered(obj),
+                demo_dra.published_column(meta["name"], published or {}) or registered(obj),
                 labels.get(contract.LABEL_STATE, "-"),
             )
         )
@@ -138,6 +146,7 @@ class Demo:
     workdir: Path
     config: OperatorConfig
     sim: PluginSimulator
+    dra: KubeletPluginSimulator | None = None  # the DRA driver's kubelet plugin, once agents run
     agents: list[AgentProcess] = field(default_factory=list)
     controller_metrics: int = 0  # the port the controller's /metrics is served on
 
@@ -194,16 +203,22 @@ async def demo_cluster(*, out: Out = print, timeout: float = 240.0) -> AsyncIter
         api = await kubeconfig_loader.new_client_from_config(config_file=str(cluster.kubeconfig))
         async with api:
             out("==> installing CRDs and the chart's RBAC; creating simulated GPU nodes")
-            credentials = await install_operator_access(api, cluster.workdir)
+            credentials = await install_operator_access(api, cluster.workdir, demo_dra.CHART_VALUES)
+            await install_operator_roles(api, demo_dra.CHART_VALUES, (DRA_NAMESPACE,))
             agent_credentials = await install_agent_access(api, cluster.workdir)
             assert agent_credentials.kubeconfig is not None
-            await create_gpu_nodes(api, DEMO_NODES)
+            await create_gpu_nodes(api, [s for s in DEMO_NODES if s not in demo_dra.DRA_NODES])
             out(
                 "==> installing Volcano's scheduler and HAMi's vGPU device plugin from their own "
                 f"manifests ({upstream.VOLCANO_FILE}, {upstream.hami_vgpu_file('v1.12.0').name})"
             )
             await upstream.install(api, hami="v1.12.0")
             sim = PluginSimulator(api, namespace=PLUGIN_NAMESPACE, name=PLUGIN_NAME).start()
+            out(
+                "==> installing NVIDIA's DRA driver as its chart does (DeviceClasses, kubelet "
+                "plugin DaemonSet)"
+            )
+            await demo_dra.install_driver(api)
             await apply(api, operator_configmap(cluster.workdir))
             # read back as `doctor` and `plan` read it: what they check is what the operator runs
             source = await running_config(api)
@@ -222,12 +237,25 @@ async def demo_cluster(*, out: Out = print, timeout: float = 240.0) -> AsyncIter
             )
             try:
                 out("==> starting one node agent per GPU node (fake nvidia-smi of its model)")
-                start_agents(
-                    cluster.workdir / "agents", Path(agent_credentials.kubeconfig), demo.agents
+                agents_dir, agents_kubeconfig = (
+                    cluster.workdir / "agents",
+                    Path(agent_credentials.kubeconfig),
                 )
+                start_agents(agents_dir, agents_kubeconfig, demo.agents)
                 for doc in load_documents(policy_files()):
                     await apply(api, doc)
                     out(f"    applied VGPUNodePolicy {doc['metadata']['name']}")
+                for doc in load_documents(demo_dra.claim_files()):
+                    await apply(api, doc)
+                    out(f"    applied {doc['kind']} {doc['metadata']['name']} (the DRA pool's)")
+                out(
+                    "==> the A30 nodes join once HAMi's plugin is pinned to the vGPU nodes (a DRA "
+                    "pool added to a running cluster: HAMi's plugin never starts there)"
+                )
+                await demo_dra.wait_pinned(api, PLUGIN_NAMESPACE, PLUGIN_NAME, timeout)
+                await create_gpu_nodes(api, demo_dra.DRA_NODES)
+                start_agents(agents_dir, agents_kubeconfig, demo.agents, demo_dra.DRA_NODES)
+                demo.dra = demo_dra.simulator(api, demo.agents).start()
                 out(
                     "==> waiting for the operator: nodes labelled and tainted, ConfigMaps "
                     "rendered, the plugin placed and registered, every rule clean"
@@ -241,6 +269,8 @@ async def demo_cluster(*, out: Out = print, timeout: float = 240.0) -> AsyncIter
                 metrics_thread.join(5)
                 operator.stop()
                 await sim.stop()
+                if demo.dra is not None:
+                    await demo.dra.stop(withdraw_slices=False)
 
 
 async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 240.0) -> int:
@@ -260,6 +290,8 @@ async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 240
             f"  {bin_dir / 'vgpu-operator'} doctor   # with the operator's configuration\n"
             f"  {bin_dir / 'vgpu-operator'} plan rtx4090-hami-core\n"
             f"  {kubectl} edit vnp rtx4090-hami-core   # the nodes follow\n"
+            f"  {kubectl} get resourceslices   # the DRA pool's GPUs, as its driver publishes\n"
+            f"  {kubectl} get pods -o wide -l app=dra-inference   # its claim workload\n"
             f"  {kubectl} -n volcano-system edit configmap volcano-scheduler-configmap\n"
             f"      # remove the predicates plugin: the operator puts it back\n"
             f"Agent logs: {demo.workdir / 'agents'}/<node>/agent.log\n"
@@ -278,15 +310,24 @@ async def run_demo(*, once: bool = False, out: Out = print, timeout: float = 240
 async def tables(api: Any) -> tuple[str, str]:
     """The pools (`kubectl vgpu get pools`) and the demo's node table."""
     policies = await kubeapi.request(api, "GET", kubeapi.policy_path())
+    published = await demo_dra.published_devices(api)
     return table(POOL_COLUMNS, pool_rows(policies.get("items") or [])), node_table(
-        await _nodes(api)
+        await _nodes(api), published
     )
 
 
-def start_agents(directory: Path, kubeconfig: Path, agents: list[AgentProcess]) -> None:
-    """One agent subprocess per GPU node of the demo, each with its own simulated GPUs; each is
-    added to `agents` as soon as it runs (the caller stops them, also after a failure here)."""
-    for spec in DEMO_NODES:
+def start_agents(
+    directory: Path,
+    kubeconfig: Path,
+    agents: list[AgentProcess],
+    specs: Iterable[NodeSpec] | None = None,
+) -> None:
+    """One agent subprocess per GPU node of the demo (`specs`: of these; None: the nodes that
+    are there from the start, the DRA pool's join later), each with its own simulated GPUs; each
+    is added to `agents` as soon as it runs (the caller stops them, also after a failure here)."""
+    if specs is None:
+        specs = [s for s in DEMO_NODES if s not in demo_dra.DRA_NODES]
+    for spec in specs:
         if spec.model is None:
             continue
         home = directory / spec.name
@@ -310,7 +351,9 @@ async def _plugin_pods(api: Any) -> list[dict[str, Any]]:
 async def pending(demo: Demo) -> list[str]:
     """What the demo still waits for (empty: converged): every GPU node in its pool with a final
     agent state, HAMi's plugin pods Running on exactly the nodes labelled for it and each one
-    registered, every policy Ready and ConfigConsistent, and no rule with an error or warning."""
+    registered, the DRA driver's kubelet plugin publishing on exactly the dra nodes and the claim
+    workload Running there, every policy Ready and ConfigConsistent, and no rule with an error or
+    warning."""
     api = demo.api
     nodes = await _nodes(api)
     labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
@@ -342,6 +385,8 @@ async def pending(demo: Demo) -> list[str]:
     for p in pool_rows(policies.get("items") or []):
         if p[4:] != ("True", "True"):
             out.append(f"policy {p[0]}: Ready {p[4]}, ConfigConsistent {p[5]}")
+    if demo.dra is not None:
+        out += await demo_dra.pending(api, demo.dra, labels)
     if not out:
         results = run_rules(await read_snapshot(api, demo.config))
         out += [

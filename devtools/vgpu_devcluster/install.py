@@ -38,6 +38,7 @@ _PLURALS = {
     "ConfigMap": "configmaps",
     "DaemonSet": "daemonsets",
     "Deployment": "deployments",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
     "VGPUNodePolicy": "vgpunodepolicies",
     "Node": "nodes",
     "Pod": "pods",

@@ -70,6 +70,10 @@ class NodeSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # False: NVIDIA's device plugin is not deployed there (no `nvidia.com/gpu` capacity), as on
+    # a node the GPU Operator keeps it off (`nvidia.com/gpu.deploy.device-plugin=false`): a node
+    # whose GPUs NVIDIA's DRA driver alone hands out
+    nvidia_device_plugin: bool = True
 
 
 def gpu_node_manifest(spec: NodeSpec) -> dict[str, Any]:
@@ -102,7 +106,8 @@ def gpu_node_manifest(spec: NodeSpec) -> dict[str, Any]:
                 contract.GFD_PRESENT: "true",
             }
         )
-        capacity[contract.NVIDIA_GPU_RESOURCE] = str(spec.gpus)
+        if spec.nvidia_device_plugin:
+            capacity[contract.NVIDIA_GPU_RESOURCE] = str(spec.gpus)
     labels.update(spec.labels)
     return {
         "apiVersion": "v1",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import signal
+import sys
 import time
 import uuid
 from collections import Counter
@@ -17,6 +18,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from vgpu_devcluster import binaries
 from vgpu_devcluster.cluster import LocalCluster
 from vgpu_operator.kubeapi import MERGE_PATCH, policy_path, request
 
@@ -96,3 +98,33 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child between f
     """A `preexec_fn`: the child gets SIGKILL when its parent dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no process outlives a killed pytest
+
+
+async def helm(kubeconfig: Path, *args: str, timeout: float = 180) -> str:
+    """`helm ARGS` against the test cluster (the pinned binary, `vgpu_devcluster.binaries`): its
+    stdout; a failure fails the test with helm's output."""
+    proc = await asyncio.create_subprocess_exec(
+        str(binaries.ensure("helm")),
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, f"helm {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
+    return out.decode()
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    """`vgpu-operator ARGS` as a subprocess, as a person runs it: exit code, stdout, stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "vgpu_operator.commands.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    return int(proc.returncode or 0), out.decode(), err.decode()

@@ -27,7 +27,7 @@ from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.core.volcano.restarts import RESTARTED_AT
-from vgpu_operator.core.volcano.snapshot import parse_time
+from vgpu_operator.core.volcano.times import parse_time
 from vgpu_operator.kubeapi import policy_path
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import load_config

@@ -1,13 +1,15 @@
 """Reading the audit log for the RBAC check (test_rbac_audit.py): which identities are the
 chart's ServiceAccounts, what each of their requests asked for, what the apiserver's authorizer
-decided and why, and the SubjectAccessReview that asks it again."""
+decided and why, and the SubjectAccessReview that asks it again; and clients as those
+ServiceAccounts: the admin impersonating one (`acting_as`), one's own token (`token_kubeconfig`),
+the agent's token bound to a pod of it on a node (`agent_on`)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +18,8 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client, config
 
+from tests.cluster.helpers import unique
+from vgpu_devcluster.cluster import write_kubeconfig
 from vgpu_devcluster.install import (
     AGENT_USER,
     CLEANUP_USER,
@@ -43,7 +47,7 @@ _ALLOWED_BY = re.compile(r'allowed by (?:Cluster)?RoleBinding "([^"/]+)(?:/[^"]*
 
 # The node label and taint keys the suite's policies ask for beyond the chart's defaults
 # (values.yaml config.policyKeys): the session's admission policy lists them as a user's values
-# would (`session_values`). test_impersonation_matrix.py's arbitrary keys are not among them.
+# would (`session_values`). matrixkit.py's arbitrary keys are not among them.
 SUITE_LABEL_KEYS = (
     "team",
     "tier",
@@ -103,6 +107,72 @@ async def acting_as(kubeconfig: Path, user: str) -> AsyncIterator[client.ApiClie
     api.set_default_header("Impersonate-User", user)
     async with api:
         yield api
+
+
+async def token_kubeconfig(
+    api: client.ApiClient,
+    namespace: str,
+    account: str,
+    directory: Path,
+    *,
+    bound_to: Mapping[str, Any] | None = None,
+) -> Path:
+    """A kubeconfig in `directory` with a TokenRequest token of the ServiceAccount, what its pods
+    get (its own identity, not the admin impersonating it); `bound_to`: a pod of it, the token
+    bound to that pod (the apiserver then adds the node-name and pod-name claims)."""
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    name = f"kubeconfig-{namespace}-{account}"
+    if bound_to is not None:
+        pod = bound_to["metadata"]
+        spec["boundObjectRef"] = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": pod["name"],
+            "uid": pod["uid"],
+        }
+        name += f"-{pod['name']}"
+    token = await kubeapi.request(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        body={"spec": spec},
+        field_manager=None,
+    )
+    ca = api.configuration.ssl_ca_cert
+    return write_kubeconfig(
+        directory / name,
+        str(api.configuration.host),
+        str(token["status"]["token"]),
+        Path(ca) if ca else None,
+        f"system:serviceaccount:{namespace}:{account}",
+    )
+
+
+@contextlib.asynccontextmanager
+async def agent_on(
+    api: client.ApiClient, node: str, namespace: str, account: str, directory: Path
+) -> AsyncIterator[tuple[str, client.ApiClient]]:
+    """A pod of the agent's ServiceAccount on `node` and a client with a token bound to it (the
+    apiserver adds the node-name and pod-name claims)."""
+    pod = unique("agent")
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    body = {
+        "metadata": {"name": pod},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "containers": [{"name": "agent", "image": "vgpu-operator"}],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+    created = await kubeapi.request(api, "POST", pods, body=body, field_manager=None)
+    try:
+        path = await token_kubeconfig(api, namespace, account, directory, bound_to=created)
+        async with await config.new_client_from_config(config_file=str(path)) as agent:
+            yield pod, agent
+    finally:
+        with contextlib.suppress(kubeapi.NotFound):
+            await kubeapi.request(api, "DELETE", f"{pods}/{pod}", query={"gracePeriodSeconds": "0"})
 
 
 def session_events(audit_log: Path) -> list[dict[str, Any]]:

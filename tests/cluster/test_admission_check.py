@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,10 @@ import pytest
 from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
-from tests.cluster.helpers import NodeFactory, PolicyFactory, event_reasons, unique
+from tests.cluster.auditkit import gone
+from tests.cluster.helpers import NodeFactory, PolicyFactory, event_reasons, helm, unique
 from tests.cluster.poolkit import clean, configured_by, hami_policy, node, wait_nodes
-from vgpu_devcluster import binaries
-from vgpu_devcluster.cluster import write_kubeconfig
+from tests.cluster.rbackit import token_kubeconfig
 from vgpu_devcluster.install import chart_dir, ensure_namespace
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.admission_guard import ENFORCED, NOT_ENFORCED
@@ -42,38 +43,10 @@ STOPS_WITHIN = 30.0  # seconds, from the change to the condition saying so (the 
 GAUGE = "vgpu_operator_admission_policies_enforced"
 
 
-async def helm(kubeconfig: Path, *args: str, timeout: float = 180) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        str(binaries.ensure("helm")),
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"helm {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
-
-
 async def release_token(
     api: client.ApiClient, namespace: str, account: str, directory: Path
 ) -> Credentials:
-    token = await kubeapi.request(
-        api,
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-        body={"spec": {"expirationSeconds": 3600}},
-        field_manager=None,
-    )
-    ca = api.configuration.ssl_ca_cert
-    path = write_kubeconfig(
-        directory / f"kubeconfig-{namespace}-{account}",
-        str(api.configuration.host),
-        str(token["status"]["token"]),
-        Path(ca) if ca else None,
-        f"system:serviceaccount:{namespace}:{account}",
-    )
-    return Credentials(kubeconfig=str(path))
+    return Credentials(kubeconfig=str(await token_kubeconfig(api, namespace, account, directory)))
 
 
 @contextlib.asynccontextmanager
@@ -272,14 +245,7 @@ async def test_the_operator_stops_writing_while_its_admission_policies_are_not_e
             await kubeapi.request(api, "DELETE", kubeapi.policy_path(name), field_manager=None)
             await wait_nodes(api, [first, second], clean, timeout=STOPS_WITHIN)
 
-            async def gone() -> bool:
-                try:
-                    await kubeapi.request(api, "GET", kubeapi.policy_path(name))
-                except kubeapi.NotFound:
-                    return True
-                return False
-
-            await until(gone, STOPS_WITHIN, "the policy's finalizer released")
+            await until(partial(gone, api, name), STOPS_WITHIN, "the policy's finalizer released")
             print(f"seconds from the change to the condition saying so: {took}")
         finally:
             running.stop()

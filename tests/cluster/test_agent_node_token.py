@@ -6,21 +6,19 @@ A, and a label on A that is not the state label."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
-from tests.cluster.helpers import NodeFactory, unique
-from vgpu_devcluster.cluster import write_kubeconfig
+from tests.cluster.helpers import NodeFactory
+from tests.cluster.rbackit import agent_on
 from vgpu_devcluster.install import (
     AGENT_SERVICE_ACCOUNT,
     AGENT_USER,
     OPERATOR_NAMESPACE,
-    bound_token,
     install_agent_access,
     install_agent_admission,
     remove,
@@ -74,79 +72,51 @@ async def test_the_agent_changes_only_its_own_nodes_state(
 ) -> None:
     await install_agent_access(api, tmp_path)
     node_a, node_b = await make_nodes("A100-SXM4-80GB", 2, gpus=1, prefix="own")
-    pod = unique("agent")
-    body = {
-        "metadata": {"name": pod},
-        "spec": {
-            "nodeName": node_a,
-            "serviceAccountName": AGENT_SERVICE_ACCOUNT,
-            "containers": [{"name": "agent", "image": "vgpu-operator"}],
-            "tolerations": [{"operator": "Exists"}],
-        },
-    }
-    pods = f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods"
-    await kubeapi.request(api, "POST", pods, body=body, field_manager=None)
-    try:
-        token = await bound_token(api, AGENT_SERVICE_ACCOUNT, pod, OPERATOR_NAMESPACE)
-        ca = api.configuration.ssl_ca_cert
-        path = write_kubeconfig(
-            tmp_path / "kubeconfig-bound",
-            str(api.configuration.host),
-            token,
-            Path(ca) if ca else None,
-            AGENT_USER,
+    async with agent_on(api, node_a, OPERATOR_NAMESPACE, AGENT_SERVICE_ACCOUNT, tmp_path) as (
+        _,
+        agent,
+    ):
+        review = await kubeapi.request(
+            agent,
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            field_manager=None,
         )
-        async with await config.new_client_from_config(config_file=str(path)) as agent:
-            review = await kubeapi.request(
-                agent,
-                "POST",
-                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-                body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-                field_manager=None,
-            )
-            user = review["status"]["userInfo"]
-            assert user["username"] == AGENT_USER
-            assert user["extra"][NODE_NAME_CLAIM] == [node_a]
+        user = review["status"]["userInfo"]
+        assert user["username"] == AGENT_USER
+        assert user["extra"][NODE_NAME_CLAIM] == [node_a]
 
-            # The policy takes effect a moment after it is created: until B is refused (dry
-            # runs: admission runs, nothing is stored).
-            deadline = asyncio.get_running_loop().time() + 30
-            refusal: kubeapi.ApiError | None = None
-            while refusal is None:
-                try:
-                    await patch_node(
-                        agent, node_b, labels_patch({contract.LABEL_STATE: "success"}), dry_run=True
-                    )
-                except kubeapi.ApiError as exc:
-                    refusal = exc
-                assert asyncio.get_running_loop().time() < deadline, "node B was never refused"
-                await asyncio.sleep(0.5)
-            assert refusal.status == 403, refusal
-            assert node_a in str(refusal.body) and node_b in str(refusal.body)
-            await refused(agent, node_b, labels_patch({contract.LABEL_STATE: "success"}))
+        # The policy takes effect a moment after it is created: until B is refused (dry
+        # runs: admission runs, nothing is stored).
+        deadline = asyncio.get_running_loop().time() + 30
+        refusal: kubeapi.ApiError | None = None
+        while refusal is None:
+            try:
+                await patch_node(
+                    agent, node_b, labels_patch({contract.LABEL_STATE: "success"}), dry_run=True
+                )
+            except kubeapi.ApiError as exc:
+                refusal = exc
+            assert asyncio.get_running_loop().time() < deadline, "node B was never refused"
+            await asyncio.sleep(0.5)
+        assert refusal.status == 403, refusal
+        assert node_a in str(refusal.body) and node_b in str(refusal.body)
+        await refused(agent, node_b, labels_patch({contract.LABEL_STATE: "success"}))
 
-            await patch_node(agent, node_a, labels_patch({contract.LABEL_STATE: "applying"}))
-            await patch_node(
-                agent, node_a, {"metadata": {"annotations": {contract.ANN_INVENTORY: "{}"}}}
-            )
-            message = await refused(agent, node_a, labels_patch({"example.com/foreign": "x"}))
-            assert contract.LABEL_STATE in message
-            taint = {"key": "example.com/agent", "value": "x", "effect": "NoSchedule"}
-            message = await refused(agent, node_a, {"spec": {"taints": [taint]}})
-            assert "taints" in message
-            await refused(agent, node_a, {"metadata": {"annotations": {contract.ANN_CONFIG: "{}"}}})
-        node = await kubeapi.request(api, "GET", kubeapi.node_path(node_a))
-        assert node["metadata"]["labels"][contract.LABEL_STATE] == "applying"
-        assert "example.com/foreign" not in node["metadata"]["labels"]
-        assert not node["spec"].get("taints")
-        other = await kubeapi.request(api, "GET", kubeapi.node_path(node_b))
-        assert contract.LABEL_STATE not in other["metadata"].get("labels", {})
-    finally:
-        with contextlib.suppress(kubeapi.NotFound):
-            await kubeapi.request(
-                api,
-                "DELETE",
-                f"{pods}/{pod}",
-                query={"gracePeriodSeconds": "0"},
-                field_manager=None,
-            )
+        await patch_node(agent, node_a, labels_patch({contract.LABEL_STATE: "applying"}))
+        await patch_node(
+            agent, node_a, {"metadata": {"annotations": {contract.ANN_INVENTORY: "{}"}}}
+        )
+        message = await refused(agent, node_a, labels_patch({"example.com/foreign": "x"}))
+        assert contract.LABEL_STATE in message
+        taint = {"key": "example.com/agent", "value": "x", "effect": "NoSchedule"}
+        message = await refused(agent, node_a, {"spec": {"taints": [taint]}})
+        assert "taints" in message
+        await refused(agent, node_a, {"metadata": {"annotations": {contract.ANN_CONFIG: "{}"}}})
+    node = await kubeapi.request(api, "GET", kubeapi.node_path(node_a))
+    assert node["metadata"]["labels"][contract.LABEL_STATE] == "applying"
+    assert "example.com/foreign" not in node["metadata"]["labels"]
+    assert not node["spec"].get("taints")
+    other = await kubeapi.request(api, "GET", kubeapi.node_path(node_b))
+    assert contract.LABEL_STATE not in other["metadata"].get("labels", {})

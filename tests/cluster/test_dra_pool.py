@@ -2,7 +2,7 @@
 with maxUnavailable 1: each node drained first (its vGPU pods, then its claim pods, evicted),
 HAMi's plugin and the DRA driver's kubelet plugin switched by their placement labels (the kubelet
 plugin's DaemonSet, as the driver's chart ships it, pinned by the operator to
-`vgpu.volcano.sh/device-plugin=dra`), the double of that plugin (vgpu_devcluster.dra_publish,
+`vgpu.volcano.sh/device-plugin=dra`), the double of that plugin (vgpu_devcluster.dra_kubelet,
 kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1) publishing a node's ResourceSlice while its plugin
 pod runs there and withdrawing it when the pod is gone, the real kube-scheduler placing the claim
 workload on the dra nodes only; the audit log shows no write the transition does not need
@@ -11,10 +11,8 @@ once and the scheduler restarted once)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +34,13 @@ from tests.cluster.volcano_env import (
     volcano_env,
 )
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
-from tests.kit.drakit import SELECTOR, kubelet_plugin_daemonset
+from tests.kit.drakit import kubelet_plugin_daemonset
 from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.dra_kubelet import KubeletPluginSimulator
 from vgpu_devcluster.dra_publish import (
     install_device_classes,
     node_slices,
-    publish,
     remove_device_classes,
-    withdraw,
 )
 from vgpu_devcluster.install import apply, install_operator_roles, render_chart, wait_granted
 from vgpu_operator import contract, kubeapi
@@ -55,53 +52,6 @@ __all__ = ["volcano_env", "volcano_operator"]
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 VGPU = {"volcano.sh/vgpu-number": "1"}
-
-
-async def live_plugin_pods(api: client.ApiClient) -> dict[str, str]:
-    """node -> name of the DRA kubelet plugin pod Running there (not terminating)."""
-    selector = ",".join(f"{k}={v}" for k, v in SELECTOR.items())
-    body = await kubeapi.request(
-        api, "GET", f"/api/v1/namespaces/{DRA_NS}/pods", query={"labelSelector": selector}
-    )
-    return {
-        p["spec"]["nodeName"]: p["metadata"]["name"]
-        for p in body.get("items") or []
-        if p["spec"].get("nodeName")
-        and not p["metadata"].get("deletionTimestamp")
-        and (p.get("status") or {}).get("phase") == "Running"
-    }
-
-
-@contextlib.asynccontextmanager
-async def kubelet_plugins(
-    api: client.ApiClient, states: dict[str, fs.NodeState], seen: set[str]
-) -> AsyncIterator[None]:
-    """What the real kubelet plugin does for its node, for every node its pod runs on: publish
-    the node's slice while the pod runs, withdraw it once the pod is gone (kubelet deletes a
-    departed plugin's slices). `seen`: every node a plugin pod ran on."""
-    published: set[str] = set()
-
-    async def loop() -> None:
-        while True:
-            running = await live_plugin_pods(api)
-            seen.update(running)
-            for node in sorted(set(running) - published):
-                await publish(api, node, states[node])
-                published.add(node)
-            for node in sorted(published - set(running)):
-                await withdraw(api, node)
-                published.discard(node)
-            await asyncio.sleep(0.3)
-
-    task = asyncio.create_task(loop())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        for node in published:
-            await withdraw(api, node)
 
 
 def claim_template(name: str) -> dict[str, Any]:
@@ -227,12 +177,13 @@ async def test_a_busy_pool_moves_to_dra_and_back_through_the_gate(
         selector = ds["spec"]["template"]["spec"].get("nodeSelector") or {}
         return selector == {contract.LABEL_DEVICE_PLUGIN: "dra"}
 
+    # what the real kubelet plugin does for its node, for every node its pod runs on: publish
+    # the node's slice while the pod runs, withdraw it once the pod is gone
+    states = {n: fs.init_state(tmp_path / f"{n}.json", "A100-SXM4-80GB", 2, node=n) for n in pool}
+    plugins = KubeletPluginSimulator(api, states.get)
     try:
         await eventually(placed, timeout=30)
-        assert await live_plugin_pods(api) == {}  # no dra node yet
-        states = {
-            n: fs.init_state(tmp_path / f"{n}.json", "A100-SXM4-80GB", 2, node=n) for n in pool
-        }
+        assert await plugins.running_pods() == {}  # no dra node yet
         load = [
             await gpu_pod(api, namespace, f"vgpu-{i}", n, limits=VGPU) for i, n in enumerate(pool)
         ]
@@ -247,9 +198,8 @@ async def test_a_busy_pool_moves_to_dra_and_back_through_the_gate(
         )
         offset = audit_offset(local)
         count = TransitionCount(api, f"test/g={group}")
-        seen: set[str] = set()
         claims = [f"claim-{i}" for i in range(3)]
-        async with kubelet_plugins(api, states, seen), count.running():
+        async with plugins, count.running():
             await patch_spec(api, name, {"mode": "dra", "hamiCore": None})
             await eventually(lambda: nodes_in(api, pool, "dra"), timeout=90, interval=0.5)
             for key in load:  # drained before the release: evicted
@@ -288,6 +238,7 @@ async def test_a_busy_pool_moves_to_dra_and_back_through_the_gate(
         await remove_device_classes(api)
 
     assert count.most == 1, f"maxUnavailable 1: at most one node in transition ({count.most})"
+    seen = plugins.seen
     assert seen == set(pool), f"the kubelet plugin ran on {seen}, the dra nodes are {pool}"
     fixed_pod = await kubeapi.request(
         api, "GET", f"/api/v1/namespaces/{namespace}/pods/{kept.split('/')[1]}"

@@ -18,12 +18,14 @@ import contextlib
 import copy
 import json
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from tests.cluster.auditkit import gone
 from tests.cluster.helpers import EXAMPLES, NodeFactory, documents, eventually, unique
 from tests.cluster.ssa import (
     ARGO,
@@ -126,14 +128,7 @@ async def delete_policy(api: client.ApiClient, name: str) -> None:
     with contextlib.suppress(kubeapi.NotFound):
         await kubeapi.request(api, "DELETE", kubeapi.policy_path(name), field_manager=None)
 
-    async def gone() -> bool:
-        try:
-            await kubeapi.request(api, "GET", kubeapi.policy_path(name))
-        except kubeapi.NotFound:
-            return True
-        return False
-
-    await eventually(gone, timeout=30)
+    await eventually(partial(gone, api, name), timeout=30)
 
 
 # -- the chart ------------------------------------------------------------------------------

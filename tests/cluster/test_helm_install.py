@@ -23,15 +23,14 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import NodeFactory, PolicyFactory, eventually, unique
+from tests.cluster.helpers import NodeFactory, PolicyFactory, eventually, helm, unique
+from tests.cluster.rbackit import token_kubeconfig
 from tests.cluster.volcano_env import fixture
-from vgpu_devcluster import binaries
-from vgpu_devcluster.cluster import write_kubeconfig
+from tests.cluster.volcano_ops import fast_passes
 from vgpu_devcluster.install import apply, chart_dir
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.controller.volcano import VolcanoOptions
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import load_config
 
@@ -40,20 +39,6 @@ USER_TAINT = {"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"}
 PLUGIN = "volcano-device-plugin"
 CONTROL = {"vgpu-test/role": "control"}  # the node the controller and the hook Job run on
 HOOK_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-
-
-async def helm(kubeconfig: Path, *args: str, timeout: float = 180) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        str(binaries.ensure("helm")),
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"helm {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
-    return out.decode()
 
 
 def release_values(name: str, namespace: str, pool: str) -> dict[str, Any]:
@@ -84,27 +69,6 @@ def release_values(name: str, namespace: str, pool: str) -> dict[str, Any]:
             },
         },
     }
-
-
-async def token_kubeconfig(
-    api: client.ApiClient, namespace: str, account: str, directory: Path
-) -> Path:
-    """A kubeconfig with a TokenRequest token of the ServiceAccount (what its pods get)."""
-    token = await kubeapi.request(
-        api,
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-        body={"spec": {"expirationSeconds": 3600}},
-        field_manager=None,
-    )
-    ca = api.configuration.ssl_ca_cert
-    return write_kubeconfig(
-        directory / f"kubeconfig-{account}",
-        str(api.configuration.host),
-        token["status"]["token"],
-        Path(ca) if ca else None,
-        f"system:serviceaccount:{namespace}:{account}",
-    )
 
 
 async def pods(api: client.ApiClient, namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -328,12 +292,7 @@ async def test_install_upgrade_uninstall_leaves_nodes_clean(
         Credentials(kubeconfig=str(account)),
         options=ReconcilerOptions(resync_seconds=3600),
         config=config,
-        volcano=VolcanoOptions(
-            debounce_seconds=0.2,
-            min_pass_seconds=0.5,
-            restart_settle_seconds=2.0,
-            stranded_checks=(1.0,),
-        ),
+        volcano=fast_passes(),
     ).start()
     try:
         policy = await policies("helm", {"mode": "hami-core", "nodeSelector": {"matchLabels": on}})

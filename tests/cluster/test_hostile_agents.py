@@ -63,6 +63,8 @@ from tests.cluster.volcano_env import (
     json_entries,
     managed_node,
 )
+from tests.cluster.volcano_ops import fast_passes
+from tests.kit import hostile
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.agentproc import AgentProcess
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
@@ -70,13 +72,10 @@ from vgpu_operator import bounds, contract, kubeapi
 from vgpu_operator.controller.reconciler import ReconcilerOptions
 from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import configmap_path
-from vgpu_operator.controller.volcano import VolcanoOptions
-from vgpu_operator.core.mig.partition import profile_info
 from vgpu_operator.core.rules.base import Finding
 from vgpu_operator.core.volcano.geometry import BUILTIN_GEOMETRIES
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models import gpu_catalog
-from vgpu_operator.models.inventory import GpuInfo, Inventory
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import first_match, parse_device_config
 
@@ -136,25 +135,6 @@ def listing_of_24(gpus: fs.NodeState) -> None:
     ]
 
 
-def inventory_named(name: str) -> str:
-    """An inventory whose one GPU is named `name`, with the H100's profiles as a driver lists
-    them (every sanity check passes: only the name is forged)."""
-    model = gpu_catalog.H100_80GB
-    gpu = GpuInfo(
-        index=0,
-        uuid="GPU-forged-0",
-        name=name,
-        bus_id="00000000:07:00.0",
-        memory_mib=model.memory_mib,
-        mig_capable=True,
-        mig_current=True,
-        mig_pending=True,
-        profiles=[profile_info(p) for p in model.profiles],
-        profiles_source="driver",
-    )
-    return Inventory(gpus=[gpu]).to_annotation()
-
-
 def unreadable_config() -> str:
     """A released configuration whose MIG profile name holds the three controls (raw in the
     annotation's text: JSON allows them unescaped)."""
@@ -207,7 +187,8 @@ async def scene(
         )
         [h100] = await make_nodes(labels=dynamic_pool)
         [forged] = await make_nodes(
-            labels=dynamic_pool, annotations={contract.ANN_INVENTORY: inventory_named("H1")}
+            labels=dynamic_pool,
+            annotations={contract.ANN_INVENTORY: hostile.forged_inventory("H1")},
         )
         await env.patch(
             kubeapi.node_path(escapes.name),
@@ -224,12 +205,7 @@ async def scene(
         operator = OperatorThread(
             installed,
             options=ReconcilerOptions(resync_seconds=3600),
-            volcano=VolcanoOptions(
-                debounce_seconds=0.2,
-                min_pass_seconds=0.5,
-                restart_settle_seconds=2.0,
-                stranded_checks=(1.0,),
-            ),
+            volcano=fast_passes(),
         ).start()
         for name, spec in (
             (static_policy, static_spec),

@@ -20,7 +20,7 @@ from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import configmap_path, workload_path
 from vgpu_operator.core.nodes.status import change_stamp
 from vgpu_operator.core.volcano.restarts import RESTARTED_AT
-from vgpu_operator.core.volcano.snapshot import parse_time
+from vgpu_operator.core.volcano.times import parse_time
 
 pytestmark = pytest.mark.cluster
 

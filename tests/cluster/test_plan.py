@@ -8,10 +8,8 @@ the meantime."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from tests.cluster.helpers import (
     ClusterUnderTest,
     NodeFactory,
     PolicyFactory,
+    cli,
     eventually,
     unique,
 )
@@ -30,20 +29,6 @@ from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.runner import OperatorThread
 
 pytestmark = pytest.mark.cluster
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    """`vgpu-operator ARGS` as a subprocess."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vgpu_operator.commands.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    return int(proc.returncode or 0), out.decode(), err.decode()
 
 
 async def plan(kubeconfig: Path, *args: str) -> tuple[int, str, str]:

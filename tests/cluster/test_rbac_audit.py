@@ -27,7 +27,7 @@ log. Its rule:
   binding RBAC allowed each call by (`authorization.k8s.io/reason`) must be one the chart
   renders for that release (or one of Kubernetes' own grants to every authenticated user).
 - Left out, and why: the refusal probes of this file, test_write_backoff.py,
-  test_impersonation_matrix.py and test_agent_process.py (the agent may not read policies). The
+  impersonationkit.py and test_agent_process.py (the agent may not read policies). The
   admin makes them impersonating a ServiceAccount (RBAC and admission then judge the
   ServiceAccount), so the audit log names the admin as the user and the ServiceAccount as
   `impersonatedUser`; each probe asserts its own refusal. The operator, the agent and the

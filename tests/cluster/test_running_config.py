@@ -15,12 +15,10 @@ The demo keeps its configuration in the same ConfigMap: tests/cluster/test_demo.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster.helpers import NodeFactory, unique
+from tests.cluster.helpers import NodeFactory, cli, unique
 from vgpu_devcluster import binaries
 from vgpu_devcluster.install import apply, chart_dir
 from vgpu_operator import contract, kubeapi
@@ -39,20 +37,6 @@ pytestmark = pytest.mark.cluster
 
 RULE = "scheduler-vgpu-enabled"  # any one rule: the configuration is what is checked here
 CONFIG = {"gpuMemoryFactor": 7, "requireGpuEvidence": False}
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    """`vgpu-operator ARGS` as a subprocess, as a person runs it."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vgpu_operator.commands.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    return int(proc.returncode or 0), out.decode(), err.decode()
 
 
 def policy_file(directory: Path, pool: str) -> Path:

@@ -4,8 +4,6 @@ subprocess, and the audit log read per identity."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from tests.cluster.helpers import cli
 from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator.controller.reconciler import ReconcilerOptions
@@ -40,22 +39,22 @@ def reconciler(api: client.ApiClient, config: OperatorConfig, **options: Any) ->
 
 async def run_doctor(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     """`vgpu-operator doctor` as a subprocess (asynchronously: the simulator keeps running)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vgpu_operator.commands.cli",
-        "doctor",
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    return int(proc.returncode or 0), out.decode(), err.decode()
+    return await cli("doctor", "--kubeconfig", str(kubeconfig), *args)
 
 
 OperatorFactory = Callable[..., OperatorThread]
+
+
+def fast_passes(**options: Any) -> VolcanoOptions:
+    """The configuration reconciler's options with passes fast enough for a test to watch
+    (`options` override them)."""
+    defaults: dict[str, Any] = {
+        "debounce_seconds": 0.2,
+        "min_pass_seconds": 0.5,
+        "restart_settle_seconds": 2.0,
+        "stranded_checks": (1.0,),
+    }
+    return VolcanoOptions(**{**defaults, **options})
 
 
 @pytest.fixture
@@ -65,17 +64,11 @@ def volcano_operator(installed: Credentials) -> Iterator[OperatorFactory]:
     running: list[OperatorThread] = []
 
     def start(config: str = "", **options: Any) -> OperatorThread:
-        defaults: dict[str, Any] = {
-            "debounce_seconds": 0.2,
-            "min_pass_seconds": 0.5,
-            "restart_settle_seconds": 2.0,
-            "stranded_checks": (1.0,),
-        }
         op = OperatorThread(
             installed,
             options=ReconcilerOptions(resync_seconds=3600),
             config=load_config(config),
-            volcano=VolcanoOptions(**{**defaults, **options}),
+            volcano=fast_passes(**options),
         )
         running.append(op.start())
         return op

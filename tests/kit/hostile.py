@@ -11,6 +11,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from vgpu_operator import contract
+from vgpu_operator.core.mig.partition import profile_info
+from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models.inventory import GpuInfo, Inventory
 from vgpu_operator.models.node import NodeConfig
 
 
@@ -174,3 +177,23 @@ def annotations() -> st.SearchStrategy[dict[str, str]]:
 def as_objects(value: Any) -> Any:
     """A JSON-ish value as it would come back from the API (tuples as lists)."""
     return json.loads(json.dumps(value))
+
+
+def forged_inventory(name: str) -> str:
+    """An inventory annotation whose one GPU is named `name`, with the H100's profiles as a
+    driver lists them (every sanity check passes: only the name is forged, as with
+    SHADOWING_GPU_NAMES)."""
+    model = gpu_catalog.H100_80GB
+    gpu = GpuInfo(
+        index=0,
+        uuid="GPU-forged-0",
+        name=name,
+        bus_id="00000000:07:00.0",
+        memory_mib=model.memory_mib,
+        mig_capable=True,
+        mig_current=True,
+        mig_pending=True,
+        profiles=[profile_info(p) for p in model.profiles],
+        profiles_source="driver",
+    )
+    return Inventory(gpus=[gpu]).to_annotation()

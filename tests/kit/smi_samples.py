@@ -30,6 +30,21 @@ SOURCES: dict[str, str] = {
     "lgip_h200_gpu2_excerpt.txt": "https://github.com/NVIDIA/mig-parted/issues/120 (NVIDIA H200)",
     "lgip_h100_nvl_excerpt.txt": "https://github.com/NVIDIA/gpu-operator/pull/900 (H100 NVL)",
     "lgip_gh200_144g_excerpt.txt": "https://github.com/NVIDIA/mig-parted/pull/139 (GH200 144G)",
+    # models.gpu_catalog_unconfirmed: each listing as far as its public copy goes
+    "lgip_b200_excerpt.txt": "https://github.com/NVIDIA/mig-parted/pull/166 (B200; the same "
+    "listing in https://github.com/NVIDIA/gpu-operator/pull/1242)",
+    "lgip_b200_second_excerpt.txt": "https://github.com/NVIDIA/mig-parted/pull/187 (B200, another "
+    "driver: 1g.23gb 20.50 GiB; the same in https://github.com/NVIDIA/gpu-operator/pull/1351)",
+    "lgip_gb200_excerpt.txt": "https://github.com/NVIDIA/mig-parted/issues/227 (a production "
+    "GB200)",
+    "lgip_gb200_early_excerpt.txt": "https://github.com/NVIDIA/gpu-operator/pull/1303 (an earlier "
+    "GB200 board, whose 1g profile was named 1g.24gb)",
+    "lgip_rtx_pro_6000_gpu1_excerpt.txt": "https://github.com/bigstack-oss/cubecos/issues/312 "
+    "(RTX PRO 6000 Blackwell, GPU 1 of the node)",
+    "lgip_rtx_pro_6000_gpu2_excerpt.txt": "https://github.com/bigstack-oss/cubecos/issues/312 "
+    "(RTX PRO 6000 Blackwell, GPU 2 of the node)",
+    "lgip_rtx_pro_6000_gcp_excerpt.txt": "https://github.com/GoogleCloudPlatform/"
+    "container-engine-accelerators/pull/564 (RTX PRO 6000 Blackwell)",
     "reset_in_use_r450.txt": "https://github.com/NVIDIA/gpu-operator/issues/118 "
     "(`nvidia-smi --gpu-reset` while nvidia-persistenced holds the GPU)",
     "reset_unable_old.txt": "a public capture of `nvidia-smi --gpu-reset -i 0` with a CUDA "

@@ -12,9 +12,10 @@ apiserver as JSON and go back to the same values (no YAML type guessing of strin
 second, where PyYAML's C loader takes 25 s.
 
 No Secret is read or written (the objects are the named ConfigMaps, the scheduler Deployment,
-every DaemonSet, Node, running Pod and VGPUNodePolicy, and the ResourceClaims' drivers), nor
-anything of the kubeconfig: the file holds what the reading credentials could see, as the API
-showed it.
+every DaemonSet, Node, running Pod and VGPUNodePolicy, the ResourceClaims' drivers, and with the
+configuration's `dra` section what the DRA rules read: the resource.k8s.io versions served, the
+DeviceClasses and the driver's ResourceSlices), nor anything of the kubeconfig: the file holds
+what the reading credentials could see, as the API showed it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 
 from vgpu_operator import __version__, kubeapi
 from vgpu_operator.commands import exitcodes
+from vgpu_operator.core.dra.observed import DraApi
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import ConfigError, OperatorConfig
 from vgpu_operator.models.config_errors import validation_issues
@@ -129,6 +131,17 @@ def to_data(read: ClusterRead) -> Obj:
         # each ResourceClaim ("namespace/name") and the drivers of its allocated devices; null:
         # they could not be listed, and every claim counts as a GPU's
         "resourceClaimDrivers": claims,
+        # what the DRA rules read (null: not read, without a `dra` section or when refused; an
+        # older file has no key, read as null)
+        "dra": None if s.dra_api is None else dra_data(s.dra_api),
+    }
+
+
+def dra_data(dra: DraApi) -> Obj:
+    return {
+        "served": list(dra.served),
+        "deviceClasses": [dict(c) for c in dra.device_classes],
+        "resourceSlices": [dict(s) for s in dra.resource_slices],
     }
 
 
@@ -154,13 +167,13 @@ def _not_a_snapshot(source: str, why: str) -> SnapshotFileError:
     )
 
 
-def _objects(data: Mapping[str, Any], key: str, source: str) -> list[Obj]:
+def _objects(data: Mapping[str, Any], key: str, source: str, within: str = "") -> list[Obj]:
     items = data.get(key)
     if not isinstance(items, list):
-        raise _not_a_snapshot(source, f"`{key}` is not a list")
+        raise _not_a_snapshot(source, f"`{within}{key}` is not a list")
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("metadata", {}), dict):
-            raise _not_a_snapshot(source, f"{key}[{i}] is not a Kubernetes object")
+            raise _not_a_snapshot(source, f"{within}{key}[{i}] is not a Kubernetes object")
     return items
 
 
@@ -172,6 +185,21 @@ def _claims(value: Any, source: str) -> dict[str, frozenset[str]] | None:
     ):
         raise _not_a_snapshot(source, "`resourceClaimDrivers` is not a map of driver lists")
     return {str(k): frozenset(v) for k, v in value.items()}
+
+
+def _dra(value: Any, source: str) -> DraApi | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _not_a_snapshot(source, "`dra` is not a mapping")
+    served = value.get("served")
+    if not isinstance(served, list) or not all(isinstance(v, str) for v in served):
+        raise _not_a_snapshot(source, "`dra.served` is not a list of group versions")
+    return DraApi(
+        served=tuple(served),
+        device_classes=tuple(_objects(value, "deviceClasses", source, "dra.")),
+        resource_slices=tuple(_objects(value, "resourceSlices", source, "dra.")),
+    )
 
 
 def _config(value: Any, source: str) -> OperatorConfig:
@@ -249,7 +277,10 @@ def from_data(data: Any, source: str, config: OperatorConfig | None = None) -> C
     # the object lists by field (typed loosely: ClusterSnapshot's other fields take other types)
     lists: dict[str, Any] = {attr: _objects(data, key, source) for key, attr in LISTS.items()}
     snapshot = ClusterSnapshot(
-        config=config, claims=_claims(data.get("resourceClaimDrivers"), source), **lists
+        config=config,
+        claims=_claims(data.get("resourceClaimDrivers"), source),
+        dra_api=_dra(data.get("dra"), source),
+        **lists,
     )
     when = when if when.tzinfo else when.replace(tzinfo=UTC)
     return ClusterRead(snapshot, _objects(data, "policies", source), when, notes)

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_operator import kubeapi
-from vgpu_operator.core.nodes.adoption import OnDelete, with_on_delete_default
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan
 from vgpu_operator.core.nodes.validate import ParsedPolicy
@@ -47,7 +46,6 @@ MAX_EVENTS = 100  # Events posted per pass (a large cluster's first pass has one
 class Observer:
     post_event: EventPoster
     node_uid: Callable[[str], str] = lambda _name: ""
-    on_delete: OnDelete = "Delete"
     settle_seconds: float = 5.0
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     _nodes: list[WouldDo] = field(default_factory=list)
@@ -70,8 +68,7 @@ class Observer:
         as_enforce = replace(
             snapshot, config=snapshot.config.model_copy(update={"mode": "enforce"})
         )
-        parsed = with_on_delete_default(policies, self.on_delete)
-        would = plan(as_enforce, parsed, self.now(), settle_seconds=self.settle_seconds)
+        would = plan(as_enforce, policies, self.now(), settle_seconds=self.settle_seconds)
         found = configuration_would_do(would)
         changed = found != self._configuration
         self._configuration = found

@@ -32,18 +32,14 @@ from vgpu_operator.controller.policy_writes import EventPoster, PolicyStatusWrit
 from vgpu_operator.controller.rollout import RolloutDriver
 from vgpu_operator.core.backoff import Backoff
 from vgpu_operator.core.findings import ConditionValue
-from vgpu_operator.core.nodes.adoption import OnDelete, with_on_delete_default
-from vgpu_operator.core.nodes.dra_pools import refuse_unservable_dra
 from vgpu_operator.core.nodes.events import node_events, policy_event
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan, plan_cluster
-from vgpu_operator.core.nodes.policy_keys import refuse_unlisted
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
+from vgpu_operator.core.refusals import refuse_policies
 from vgpu_operator.core.rollout.leave import plan_with_leaves
-from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored
 from vgpu_operator.models.config import OperatorConfig
-from vgpu_operator.models.policy_keys import PolicyKeys
 from vgpu_operator.waiting import run_passes
 
 log = logging.getLogger("vgpu_operator.reconciler")
@@ -63,9 +59,6 @@ class ReconcilerOptions:
     require_gpu_evidence: bool = True
     # `mode: observe`: no node written, what enforce would write reported (controller.observe)
     observe: bool = False
-    on_delete: OnDelete = "Delete"  # the default of a policy's spec.onDelete (core.nodes.adoption)
-    # The label and taint keys policies may ask for (core.nodes.policy_keys; None: any)
-    policy_keys: PolicyKeys | None = None
 
     def for_config(self, config: OperatorConfig) -> ReconcilerOptions:
         """These options with what the operator config decides for the policy reconciler."""
@@ -73,8 +66,6 @@ class ReconcilerOptions:
             self,
             require_gpu_evidence=config.require_gpu_evidence,
             observe=config.mode == "observe",
-            on_delete=config.on_delete,
-            policy_keys=config.policy_keys,
         )
 
 
@@ -109,7 +100,7 @@ class Reconciler:
         self.observer: Observer | None = None
         if self.options.observe:  # observe: no rollout acts, no node is written
             self.rollout = None
-            self.observer = Observer(post_event, cache.node_uid, self.options.on_delete)
+            self.observer = Observer(post_event, cache.node_uid)
         self.node_writer = NodeWriter(
             api,
             self.request_nodes,
@@ -183,16 +174,9 @@ class Reconciler:
         start = time.monotonic()
         nodes, policies = self.cache.snapshot()
         self.node_writer.overlay(nodes)
-        parsed = refuse_unlisted(
-            refuse_ignored(
-                with_on_delete_default(
-                    (p.parsed for p in policies.values()), self.options.on_delete
-                ),
-                self.cache.plugin_values(),
-            ),
-            self.options.policy_keys,
+        parsed = refuse_policies(  # as `plan` refuses them
+            (p.parsed for p in policies.values()), self.cache.config, self.cache.plugin_values()
         )
-        parsed = refuse_unservable_dra(parsed, self.cache.config.dra)  # core.nodes.dra_pools
         self.status_writer.warn_refused(parsed, policies)
         paced = self.rollout.decide(nodes, parsed) if self.rollout is not None else None
         self._steps = paced.steps if paced is not None else None

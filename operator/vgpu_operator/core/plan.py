@@ -3,12 +3,13 @@ policy is applied, without doing it.
 
 From one snapshot (what `doctor` reads) and the policies, it runs the operator's own decisions in
 order, each on the state the previous one leaves:
+0. which policies are held (`core.refusals.refuse_policies`, the controller's own);
 1. the rollout (`core.rollout.decide.decide_cluster`, from each node's GPU pods and the plugin's
    registration, as the controller hands them): which changes are disruptive (a mode or MIG
    layout change, `core.rollout.arrival.arrival_kind`), which nodes it takes now (cordon, drain)
    and which wait for room in the budget, and so the order (`maxUnavailable` at a time);
 2. the nodes: `core.nodes.planner.plan_cluster` with the rollout's steps (selection, ownership, the
-   one PATCH per node, what is held back); the GPU pods running on each disruptive node;
+   one PATCH per node, what is held back); what it shows of each (`core.node_changes`);
 3. the Volcano/HAMi writes on the cluster once every node is released (each PATCH replayed,
    `core.nodes.mergepatch`): the write plan enforce would send in that pass
    (`core.volcano.writes.plan_writes`): the ConfigMaps (with unified diffs), the DaemonSet
@@ -28,28 +29,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vgpu_operator.core.nodes.dra_pools import refuse_unservable_dra
+from vgpu_operator.core.node_changes import NodeChange, node_change, rollout_pods
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
-from vgpu_operator.core.nodes.planner import NodePlan, plan_cluster
-from vgpu_operator.core.nodes.policy_keys import refuse_unlisted
-from vgpu_operator.core.nodes.step import NodeStep
+from vgpu_operator.core.nodes.planner import plan_cluster
 from vgpu_operator.core.nodes.validate import ParsedPolicy
-from vgpu_operator.core.rollout.arrival import arrival_kind
-from vgpu_operator.core.rollout.arrive import ChangeKind, NodeView
+from vgpu_operator.core.refusals import refuse_policies
 from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
-from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, holds_gpu, snapshot_gpu_resources
 from vgpu_operator.core.rollout.leave import plan_with_leaves
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.rules.base import Finding
-from vgpu_operator.core.volcano.plugin_refusal import refuse_ignored, snapshot_plugin_values
+from vgpu_operator.core.volcano.plugin_refusal import snapshot_plugin_values
 from vgpu_operator.core.volcano.restarts import RestartSettings
-from vgpu_operator.core.volcano.snapshot import (
-    ClusterSnapshot,
-    meta,
-    name_of,
-    pod_done,
-)
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, name_of
 from vgpu_operator.core.volcano.writes import (
     ConfigMapWrite,
     Restart,
@@ -58,37 +50,8 @@ from vgpu_operator.core.volcano.writes import (
     installed,
     plan_writes,
 )
-from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy import VGPUNodePolicySpec
 from vgpu_operator.models.volcano import registration
-
-Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class NodeChange:
-    """One node the operator would write (or could not)."""
-
-    node: str
-    action: str  # core.nodes.planner's: configure, update, release, blocked, conflict, held
-    old_owner: str | None
-    new_owner: str | None
-    old_mode: str | None
-    new_mode: str | None
-    patch: Mapping[str, Any] | None = None
-    change: str = "none"  # core.rollout.arrival.arrival_kind: trivial, restart, disruptive
-    disruptive: str | None = None  # why the change is disruptive (None: it is not)
-    gpu_pods: tuple[str, ...] = ()  # namespace/name of the GPU pods running there
-    step: str | None = None  # what the rollout does to the node in this pass
-    problems: tuple[str, ...] = ()
-
-    @property
-    def enters(self) -> bool:
-        return self.new_owner is not None and self.new_owner != self.old_owner
-
-    @property
-    def leaves(self) -> bool:
-        return self.old_owner is not None and self.new_owner != self.old_owner
 
 
 @dataclass(frozen=True)
@@ -125,121 +88,6 @@ class Plan:
             or self.workloads
             or self.restarts
         )
-
-
-# --- 1. nodes --------------------------------------------------------------------------------
-
-
-def _gpu_pods(s: ClusterSnapshot, node: str) -> tuple[str, ...]:
-    resources = snapshot_gpu_resources(s)
-    return tuple(
-        sorted(
-            f"{meta(p).get('namespace')}/{name_of(p)}"
-            for p in s.pods_on(node)
-            if not pod_done(p) and holds_gpu(p, resources, s.claims)
-        )
-    )
-
-
-def _rollout_pods(s: ClusterSnapshot) -> dict[str, tuple[GpuPod, ...]]:
-    """Each node's GPU pods as the controller hands them to the rollout (the pod index's)."""
-    resources = snapshot_gpu_resources(s)
-    out: dict[str, tuple[GpuPod, ...]] = {}
-    for n in s.nodes:
-        name = name_of(n)
-        on = [p for p in s.pods_on(name) if not pod_done(p) and holds_gpu(p, resources, s.claims)]
-        out[name] = tuple(g for g in map(gpu_pod_of, on) if g is not None)
-    return out
-
-
-def _kind(
-    raw: Mapping[str, Any], wanted: NodeConfig | None, pods: tuple[GpuPod, ...]
-) -> ChangeKind:
-    """How the node changes to `wanted`, exactly as the rollout classifies it
-    (`core.rollout.arrival.arrival_kind`: a first configuration over GPU consumers included),
-    from the same pods and registration `_decide` hands it."""
-    view = NodeView(facts=node_facts(raw), owner=None, pods=pods, registration=registration(raw))
-    return arrival_kind(wanted, view)
-
-
-def _disruption(
-    current: NodeConfig | None, wanted: NodeConfig | None, kind: ChangeKind
-) -> str | None:
-    """Why the change is disruptive (None: it is not)."""
-    if kind != "disruptive" or wanted is None:
-        return None
-    if current is None:
-        return f"first configuration ({wanted.mode}) over running GPU pods may change the GPUs"
-    if current.mode != wanted.mode:
-        return f"mode {current.mode} -> {wanted.mode}"
-    return "MIG layout changes"
-
-
-def _step_text(step: NodeStep | None) -> str | None:
-    if step is None:
-        return None
-    r = step.rollout
-    if r is None and step.config is None:
-        return "held: waits for room in the rollout budget"
-    parts = [f"{r.kind} change, phase {r.phase}"] if r is not None else []
-    if step.unschedulable is True:
-        parts.append("cordon")
-    if step.evict:
-        parts.append("evict " + ", ".join(step.evict))
-    if step.plugin_paused:
-        parts.append("device plugin paused")
-    if step.config is not None:
-        parts.append(f"release {step.config.mode}")
-    return "; ".join(parts) or None
-
-
-def _node_change(
-    plan: NodePlan,
-    raw: Mapping[str, Any],
-    s: ClusterSnapshot,
-    pods: tuple[GpuPod, ...],
-    step: NodeStep | None,
-    leaving: str | None = None,
-) -> NodeChange:
-    """`leaving`: the pool the node leaves under the rollout (`core.rollout.leave`): it keeps
-    what its pool gave it until the step releases it, and this pass writes only the step."""
-    now = node_facts(raw).config
-    if leaving is not None:
-        return NodeChange(
-            node=plan.node,
-            action=plan.action,
-            old_owner=plan.old_owner,
-            new_owner=None,
-            old_mode=plan.old_mode,
-            new_mode=None,
-            patch=plan.patch,
-            change="disruptive",
-            disruptive=f"leaves the pool of policy {leaving} under running GPU pods (paced)",
-            gpu_pods=_gpu_pods(s, plan.node),
-            step=_step_text(step),
-        )
-    wanted = now
-    if plan.patch is not None:
-        after = node_facts(apply_merge_patch(raw, plan.patch))
-        wanted = after.target if after.target is not None else after.config
-    elif step is not None:
-        wanted = node_facts(raw).target
-    kind = _kind(raw, wanted, pods) if wanted is not None else "trivial"
-    disruptive = _disruption(now, wanted, kind)
-    return NodeChange(
-        node=plan.node,
-        action=plan.action,
-        old_owner=plan.old_owner,
-        new_owner=plan.new_owner,
-        old_mode=plan.old_mode,
-        new_mode=plan.new_mode,
-        patch=plan.patch,
-        change=kind,
-        disruptive=disruptive,
-        gpu_pods=_gpu_pods(s, plan.node) if disruptive else (),
-        step=_step_text(step),
-        problems=tuple(p.describe() for p in plan.problems),
-    )
 
 
 def _waves(summary: PolicyRollout) -> list[RolloutWave]:
@@ -297,9 +145,8 @@ def plan(
     (`core.rollout.gpu_pods.gpu_pod_of`, `core.volcano.restarts.restart_inputs`). The
     Volcano/HAMi writes are enforce's own write plan (`core.volcano.writes.plan_writes`) for
     that pass, given the restarts so far (`ledger`; none for a process that made none)."""
-    checked = refuse_ignored(policies, snapshot_plugin_values(s))
-    listed = refuse_unlisted(checked, s.config.policy_keys)
-    parsed = {p.name: p for p in refuse_unservable_dra(listed, s.config.dra)}
+    as_planned = refuse_policies(policies, s.config, snapshot_plugin_values(s))  # as controller
+    parsed = {p.name: p for p in as_planned}
     notes: list[str] = []
     for p in parsed.values():
         if not p.usable and not p.deleting:
@@ -309,7 +156,7 @@ def plan(
             refused = "; ".join(x.describe() for x in p.refused)
             notes.append(f"policy {p.name}: the change is refused (its nodes are held): {refused}")
     facts = [node_facts(n) for n in s.nodes]
-    pods = _rollout_pods(s)
+    pods = rollout_pods(s)
     decision = _decide(s, facts, parsed.values(), now, pods)
     cluster = plan_with_leaves(
         facts,
@@ -320,7 +167,7 @@ def plan(
     )
     raw = {name_of(n): n for n in s.nodes}
     changes = [
-        _node_change(
+        node_change(
             plan,
             raw[name],
             s,

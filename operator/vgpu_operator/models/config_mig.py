@@ -1,7 +1,17 @@
 """The operator configuration's `migGeometries`: the `knownMigGeometries` catalog the operator
 renders into the scheduler's device config, checked strictly (the payload model is as lenient as
 the Go readers are): every group must fit, as a whole, on each catalog GPU its models match
-(memory slices and placements, models.mig_placement), not only by its compute slices."""
+(memory slices and placements, models.mig_placement), not only by its compute slices; and every
+model string must match alike in the scheduler and the device plugin (models.volcano
+`prefix_only_match`).
+
+A group whose models match no GPU of models.gpu_catalog (an unconfirmed row's GPU, or one no
+row knows) can only be checked here by its compute slices: no MIG GPU has more than seven, but
+which memory slices a `<G>g.<GB>gb` profile takes, how many of it the GPU allows and where it may
+start are the GPU's own (`nvidia-smi mig -lgip`/`-lgipp`), not derivable from the name. Such a
+group is accepted here and checked against the listing a node's agent reports for the GPU (the
+rule `mig-geometry-groups`: an error where the listing shows it cannot exist, an info where no
+node lists the GPU yet)."""
 
 from __future__ import annotations
 
@@ -9,9 +19,9 @@ import re
 
 from pydantic import Field, model_validator
 
-from vgpu_operator.models import gpu_catalog, mig_placement
+from vgpu_operator.models import gpu_catalog, gpu_catalog_unconfirmed, mig_placement
 from vgpu_operator.models.config_refs import ConfigModel, cross_field_error
-from vgpu_operator.models.volcano import MigGeometryEntry
+from vgpu_operator.models.volcano import DEVICE_TYPE_PREFIX, MigGeometryEntry, prefix_only_match
 
 MIG_PROFILE = re.compile(r"^[1-8]g\.[0-9]+gb([+-][a-z.]+)?$")
 # The scheduler encodes a MIG pick as `<GPU-UUID>[<group>-<position>]` and splits it on "-"
@@ -45,7 +55,7 @@ def _matched_models(models: list[str]) -> list[gpu_catalog.GpuModel]:
     ]
 
 
-def _group_misfit(gpus: list[gpu_catalog.GpuModel], profiles: dict[str, int]) -> tuple[str, str]:
+def group_misfit(gpus: list[gpu_catalog.GpuModel], profiles: dict[str, int]) -> tuple[str, str]:
     """Why a group cannot exist on one of the GPUs the entry serves, and the fix ("" : it can).
     The device plugin creates the whole group on one GPU (`GenerateMigTemplate`,
     Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:pkg/plugin/server.go); the operator's own
@@ -81,6 +91,19 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
         fail("", f"unknown keys {sorted(entry.model_extra)}", "use models and allowedGeometries")
     if not entry.models or any(not m.strip() for m in entry.models):
         fail(".models", "needs at least one non-empty model string", "add NVML name substrings")
+    known = [g.nvml_name for g in gpu_catalog.GPU_MODELS.values()]
+    known += sorted(gpu_catalog_unconfirmed.unconfirmed_names())
+    for m, model in enumerate(entry.models):
+        why = prefix_only_match(model, known)
+        if why:
+            fail(
+                f".models[{m}]",
+                f"{model!r} matches in the scheduler and not in the device plugin: {why}; the "
+                "scheduler then picks a MIG instance the plugin finds no group for, and the "
+                "container starts without it",
+                "write a part of the NVML name as nvidia-smi --query-gpu=name prints it, without "
+                f"{DEVICE_TYPE_PREFIX!r} (e.g. A100-SXM4-40GB or H100 80GB HBM3)",
+            )
     if not entry.allowed_geometries:
         fail(".allowedGeometries", "needs at least one group", "add a group of MIG profiles")
     groups: set[str] = set()
@@ -114,7 +137,12 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
                 fail(at + ".count", "must be 1..7", "give how many of this profile the group has")
         used = sum(int(t.name.split("g.", 1)[0]) * t.count for t in group.geometries)
         if used > limit:
-            gpu = f"{limited_by} has" if limited_by else "no MIG GPU has more than"
+            gpu = (
+                f"{limited_by} has"
+                if limited_by
+                else "its models match no GPU of the catalog (so only compute slices can be "
+                "checked here), and no MIG GPU has more than"
+            )
             fail(
                 where + ".geometries",
                 f"the group needs {used} compute slices (the <G> of <G>g.<GB>gb times the count), "
@@ -125,7 +153,7 @@ def _check_catalog_entry(path: str, entry: MigGeometryEntry) -> None:
         profiles: dict[str, int] = {}
         for tmpl in group.geometries:
             profiles[tmpl.name] = profiles.get(tmpl.name, 0) + tmpl.count
-        why, fix = _group_misfit(gpus, profiles)
+        why, fix = group_misfit(gpus, profiles)
         if why:
             fail(
                 where + ".geometries",

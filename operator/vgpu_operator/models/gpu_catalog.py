@@ -367,7 +367,7 @@ GH200_144G: Final = GpuModel(
     ),
 )
 
-# The PCIe and export SKUs of the 40GB/80GB geometries. mig-parted applies the same configs to
+# The PCIe SKUs of the 40GB/80GB geometries. mig-parted applies the same configs to
 # these device IDs (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml); the NVML
 # names are the ones nvidia-smi prints.
 A100_PCIE_40GB: Final = _sku(
@@ -391,13 +391,9 @@ H100_PCIE: Final = _sku(
     "0x233110DE",
     unconfirmed="UNCONFIRMED: SM counts are the SXM part's (the PCIe part has 114 SMs, not 132)",
 )
-H800: Final = _sku(
-    H100_80GB,
-    "H800",
-    "NVIDIA H800",
-    "0x232410DE",
-    unconfirmed="memory.total as an H800 PCIe reports it (81559 MiB); engines the H100's",
-)
+# GPUs no cited listing confirms (H800, A800, H20, H200 NVL, B200, GB200, RTX PRO 6000 Blackwell)
+# are rows of models.gpu_catalog_unconfirmed, kept out of this table: nothing plans, checks or
+# renders from them.
 
 A30: Final = GpuModel(
     key="A30",
@@ -446,7 +442,6 @@ GPU_MODELS: Final[dict[str, GpuModel]] = {
         H100_80GB,
         H100_PCIE,
         H100_NVL,
-        H800,
         H200,
         GH200_144G,
         RTX_4090,

@@ -142,11 +142,16 @@ def _group_text(profiles: dict[str, int]) -> str:
 def misfit(model: GpuModel, profiles: dict[str, int]) -> str | None:
     """Why instances `{profile: count}` cannot exist together on one GPU of `model` (None: they
     can). A profile the catalog does not list is the caller's to judge (`expand` gives None)."""
-    geometry = geometry_of_model(model)
+    return geometry_misfit(geometry_of_model(model), model.nvml_name, profiles)
+
+
+def geometry_misfit(geometry: Geometry, name: str, profiles: dict[str, int]) -> str | None:
+    """`misfit` on a geometry however it is known (the catalog's, or a node's own listing);
+    `name` names the GPU in the reason."""
     wanted = expand(geometry, profiles)
     if wanted is None or solve(geometry, wanted, ()) is not None:
         return None
-    name, group = model.nvml_name, _group_text(profiles)
+    group = _group_text(profiles)
     shapes = {s.name: s for s in wanted}
     over = [
         f"{p} x{n} (at most {shapes[p].count})" for p, n in profiles.items() if n > shapes[p].count

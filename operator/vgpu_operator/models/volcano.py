@@ -15,7 +15,7 @@ Parsed views of the scheduler conf and of DaemonSets/Deployments are in `volcano
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,17 +80,53 @@ class MigGeometryEntry(_Payload):
     )
 
     def matches(self, device_type: str) -> bool:
-        """The scheduler's and the plugin's test: any model is a substring of the device type
-        (`NVIDIA-<NVML name>`)."""
+        """The scheduler's test: any model is a substring of the registered device type
+        (`NVIDIA-<NVML name>`). The plugin tests the NVML name alone; the two agree for every
+        model string `prefix_only_match` passes."""
         return any(m and m in device_type for m in self.models)
 
     def to_yaml_data(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json")
 
 
+DEVICE_TYPE_PREFIX = "NVIDIA-"
+
+
 def device_type(nvml_name: str) -> str:
     """The device type the plugin registers and the scheduler matches: `NVIDIA-<NVML name>`."""
-    return f"NVIDIA-{nvml_name}"
+    return f"{DEVICE_TYPE_PREFIX}{nvml_name}"
+
+
+# A knownMigGeometries model string is matched twice, differently: the scheduler tests it as a
+# substring of the registered type `NVIDIA-<NVML name>` (`extractGeometryFromType`,
+# volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/utils.go, the same from v1.12.0
+# to v1.16.0-alpha.1), the plugin as a substring of the NVML name alone (`containsModel` over
+# `GetIndexAndTypeFromUUID`'s `GetName()`, Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:
+# pkg/plugin/server.go and pkg/util/util.go, the same in pkg/plugin/vgpu/ of v1.10.0 and v1.11.0).
+# A string that matches only through the prefix gives the scheduler a geometry the plugin does not
+# find: the plugin's `GenerateMigTemplate` returns position -1 and hands the container no MIG
+# device. Every string matching the NVML name also matches the type, so only that way differs.
+
+
+def prefix_only_match(model: str, nvml_names: Iterable[str] = ()) -> str | None:
+    """Why a model string matches in the scheduler and not in the plugin, or None. A string with
+    `NVIDIA-` in it never matches an NVML name (they read `NVIDIA <model>`, with a space, or the
+    model alone on older drivers: no name models.gpu_catalog lists has `NVIDIA-`); otherwise each
+    of `nvml_names` (and its form without `NVIDIA `) is tried."""
+    if DEVICE_TYPE_PREFIX in model:
+        return (
+            f"it contains {DEVICE_TYPE_PREFIX!r}, which is in the type the scheduler compares "
+            f"({DEVICE_TYPE_PREFIX}<NVML name>) and never in the NVML name the plugin compares"
+        )
+    for name in nvml_names:
+        for form in dict.fromkeys((name, name.removeprefix("NVIDIA "))):
+            if model and model in device_type(form) and model not in form:
+                return (
+                    f"it matches {device_type(form)!r}, the type the scheduler compares, only "
+                    f"through its {DEVICE_TYPE_PREFIX!r}, and not {form!r}, the NVML name the "
+                    "plugin compares"
+                )
+    return None
 
 
 def first_match(entries: list[MigGeometryEntry], nvml_name: str) -> MigGeometryEntry | None:

@@ -24,6 +24,7 @@ def test_policy_documents_of_an_example() -> None:
         "rtx4090-hami-core",
         "a100-dynamic-mig",
         "h100-static-mig",
+        "a30-dra",
     ]
 
 

@@ -18,15 +18,22 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kit.drakit import SELECTOR, kubelet_plugin_daemonset
 from tests.kit.plan_world import ASCEND, CONFIG, LATER, a100_cluster
 from tests.kit.snapshot_wire import kubeconfig, serve_cluster
+from tests.kit.volcano_fixtures import gpu_node, pod
 from tests.kit.wire import Wire, serve
+from vgpu_devcluster import dra_driver
+from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.commands import doctor, exitcodes, snapshot_file
 from vgpu_operator.commands import plan as plan_cli
 from vgpu_operator.commands.snapshot_file import ClusterRead, SnapshotFileError
+from vgpu_operator.core.dra.observed import DraApi
 from vgpu_operator.core.plan import plan
+from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig, load_config
+from vgpu_operator.models.node import NodeConfig
 
 READ_AT = LATER + timedelta(microseconds=250)  # the file keeps the time to the microsecond
 OTHER_CONFIG = "gpuMemoryFactor: 11\ndeviceDefaults: {deviceSplitCount: 4}\n"
@@ -99,6 +106,53 @@ def test_a_snapshot_comes_back_equal_from_its_file(
     assert s.config == config.model_copy(update={"gpu_memory_factor": s.config.memory_factor})
 
 
+def test_the_dra_objects_come_back_and_the_rules_over_them_agree(tmp_path: Path) -> None:
+    """With a `dra` section doctor reads what the DRA rules read (the versions served, the
+    DeviceClasses, the driver's slices as its double publishes them,
+    kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1): the file keeps them, and the rules over the
+    saved snapshot find what they found online; a file without them (an older one) reads as
+    not read."""
+    dra = NodeConfig(mode="dra", policy="pool", generation=1)
+    nodes = [gpu_node(n, "A100-SXM4-80GB", 2, released=dra, tainted=False) for n in ("d-0", "d-1")]
+    for n in nodes:  # NVIDIA's device plugin is off there
+        for part in ("capacity", "allocatable"):
+            n["status"][part].pop("nvidia.com/gpu", None)
+    state = fs.init_state(tmp_path / "d-0.json", "A100-SXM4-80GB", 2, node="d-0")
+    plugin = pod("dra-driver-nvidia-gpu", "kubelet-plugin-d-0", node="d-0", labels=dict(SELECTOR))
+    plugin["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    classes = dra_driver.device_classes()
+    s = ClusterSnapshot(
+        config=load_config("dra: {}\n"),
+        daemonsets=[kubelet_plugin_daemonset()],
+        nodes=nodes,
+        pods=[plugin],
+        dra_api=DraApi(
+            served=("resource.k8s.io/v1",),
+            device_classes=tuple(c for c in classes if c["metadata"]["name"] != "mig.nvidia.com"),
+            resource_slices=tuple(dra_driver.resource_slices("d-0", state, node_uid="u")),
+        ),
+    )
+    back = snapshot_file.load(saved(tmp_path, s, []))
+    assert back.snapshot.dra_api == s.dra_api
+    online, offline = run_rules(s), run_rules(back.snapshot)
+    assert offline.findings == online.findings
+    named = {(f.id, str(o)) for f in online.findings if f.id.startswith("dra-") for o in f.objects}
+    # d-0 is served; d-1 has neither the plugin nor a slice, and mig.nvidia.com is missing
+    assert {
+        ("dra-deviceclass", "DeviceClass mig.nvidia.com"),
+        ("dra-node-slices", "Node d-1"),
+        ("dra-plugin-placement", "Node d-1"),
+    } <= named
+    assert ("dra-second-owner", "Node d-0") not in named
+    assert not [(rule, o) for rule, o in named if o == "Node d-0"]
+    # an older file, without the key: the DRA rules see nothing read and say nothing
+    data = json.loads((tmp_path / "cluster.json").read_text())
+    del data["dra"]
+    older = snapshot_file.from_data(data, "older.json")
+    assert older.snapshot.dra_api is None
+    assert not [f for f in run_rules(older.snapshot).findings if f.id.startswith("dra-")]
+
+
 def test_a_snapshot_holds_no_secret(tmp_path: Path) -> None:
     steady, live = a100_cluster()
     data = json.loads(Path(saved(tmp_path, steady, [live])).read_text())
@@ -111,7 +165,9 @@ def test_a_snapshot_holds_no_secret(tmp_path: Path) -> None:
         "config",
         *lists,
         "resourceClaimDrivers",
+        "dra",  # null here: the configuration has no `dra` section
     }
+    assert data["dra"] is None
     assert (tmp_path / "cluster.json").stat().st_mode & 0o777 == 0o600
     kinds = {obj.get("kind") for key in lists for obj in data[key]}
     assert "Secret" not in kinds and kinds <= {

@@ -21,6 +21,7 @@ from vgpu_operator.core.plan import plan, proposed
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import load_config
+from vgpu_operator.models.config_dra import DraInstallation
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # every example that has policies (others, e.g. GitOps manifests, install the chart)
@@ -60,7 +61,10 @@ def test_the_examples_with_policies_are_found() -> None:
 def test_every_example_plans_its_pools_and_then_nothing(path: Path) -> None:
     raws = example_policies(path)
     nodes = [node_for(r) for r in raws] + [node("cpu-0", gpu="cpu")]
-    first = run(snapshot(nodes, ascend=any(r["spec"]["mode"] == "ascend-vnpu" for r in raws)), raws)
+    s = snapshot(nodes, ascend=any(r["spec"]["mode"] == "ascend-vnpu" for r in raws))
+    if any(r["spec"]["mode"] == "dra" for r in raws):  # the example's config names the driver
+        s = replace(s, config=s.config.model_copy(update={"dra": DraInstallation()}))
+    first = run(s, raws)
     assert first.changes
     entering = {n.node: n for n in first.nodes if n.enters}
     modes = {r["metadata"]["name"]: r["spec"]["mode"] for r in raws}
@@ -72,7 +76,7 @@ def test_every_example_plans_its_pools_and_then_nothing(path: Path) -> None:
     # the rendered node configs get an entry for every entering node HAMi's plugins serve
     node_cms = {cm.name: cm for cm in first.configmaps}
     for name, change in entering.items():
-        if change.new_mode == "whole-gpu":
+        if change.new_mode in ("whole-gpu", "dra"):  # NVIDIA's plugin or the DRA driver's
             continue
         if change.new_mode == "ascend-vnpu":  # YAML
             cm, line = "hami-device-node-config", f"-name:{name}"

@@ -30,7 +30,6 @@ def test_required_models_are_present() -> None:
         "H100 80GB HBM3",
         "H100 PCIe",
         "H100 NVL",
-        "H800",
         "H200",
         "GH200 144G HBM3e",
     }
@@ -44,18 +43,17 @@ def test_required_models_are_present() -> None:
         ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
         ("NVIDIA H100 PCIe", "H100 PCIe"),
         ("NVIDIA H100 NVL", "H100 NVL"),
-        ("NVIDIA H800", "H800"),
         ("NVIDIA GH200 144G HBM3e", "GH200 144G HBM3e"),
     ],
 )
-def test_pcie_nvl_and_export_skus_are_known(name: str, key: str) -> None:
+def test_pcie_and_nvl_skus_are_known(name: str, key: str) -> None:
     model = model_for_name(name)
     assert model is not None and model.key == key and model.mig_capable
 
 
 def test_skus_share_the_geometry_mig_parted_gives_them() -> None:
     same = [("A100-PCIE-40GB", "A100-SXM4-40GB"), ("A100 80GB PCIe", "A100-SXM4-80GB")]
-    same += [("H100 PCIe", "H100 80GB HBM3"), ("H800", "H100 80GB HBM3")]
+    same += [("H100 PCIe", "H100 80GB HBM3")]
     for sku, base in same:
         assert MIG_MODELS[sku].profiles == MIG_MODELS[base].profiles
 

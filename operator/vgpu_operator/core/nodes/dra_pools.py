@@ -23,7 +23,6 @@ A policy being deleted, or invalid, is left as it is (its nodes leave as any del
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from vgpu_operator.core.nodes.validate import ParsedPolicy, Problem
 from vgpu_operator.models.config_dra import DraInstallation
@@ -127,11 +126,4 @@ def refuse_unservable_dra(
     added to any it has); a policy being deleted, or invalid, is left as it is."""
     parsed = list(policies)
     static = _static_pools(parsed)
-    out: list[ParsedPolicy] = []
-    for p in parsed:
-        if p.policy is None or p.deleting or not p.usable:
-            out.append(p)
-            continue
-        found = dra_refusals(p.policy, dra, static)
-        out.append(replace(p, refused=(*p.refused, *found)) if found else p)
-    return out
+    return [p.refuse_for(lambda policy: dra_refusals(policy, dra, static)) for p in parsed]

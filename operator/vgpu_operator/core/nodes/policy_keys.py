@@ -19,7 +19,6 @@ Unset `policyKeys` (a configuration the chart did not render): nothing is refuse
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.step import OPERAND_LABELS
@@ -117,11 +116,7 @@ def refuse_unlisted(
     """The policies, each one asking for an unlisted key marked refused (its refusals added to
     any it has); a policy being deleted, or invalid, is left as it is; `keys` None: all as
     they are."""
-    out: list[ParsedPolicy] = []
-    for p in policies:
-        if keys is None or p.policy is None or p.deleting or not p.usable:
-            out.append(p)
-            continue
-        found = unlisted_keys(p.policy, keys)
-        out.append(replace(p, refused=p.refused + tuple(found)) if found else p)
-    return out
+    if keys is None:
+        return list(policies)
+    listed = keys
+    return [p.refuse_for(lambda policy: unlisted_keys(policy, listed)) for p in policies]

@@ -18,8 +18,8 @@ does not know is not blocked (the agent checks the layout against `nvidia-smi mi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -58,7 +58,7 @@ class ParsedPolicy:
     deleting: bool = False
     policy: VGPUNodePolicy | None = None
     problems: tuple[Problem, ...] = ()
-    # Fields the cluster cannot apply (`core.volcano.plugin_refusal`): the policy is held.
+    # What the cluster cannot apply (`core.refusals`): the policy is held.
     refused: tuple[Problem, ...] = ()
 
     @property
@@ -69,6 +69,14 @@ class ParsedPolicy:
     def suspended(self) -> bool:
         """Its nodes are held: `spec.suspend`, or a refused change."""
         return self.policy is not None and (self.policy.spec.suspend or bool(self.refused))
+
+    def refuse_for(self, why: Callable[[VGPUNodePolicy], Sequence[Problem]]) -> ParsedPolicy:
+        """This policy with what `why` finds in it added to its refusals; one being deleted, or
+        invalid, is never refused (its nodes leave as any deletion's do)."""
+        if self.policy is None or self.deleting or self.problems:
+            return self
+        found = why(self.policy)
+        return replace(self, refused=(*self.refused, *found)) if found else self
 
 
 # ---- spec parsing -----------------------------------------------------------------------------

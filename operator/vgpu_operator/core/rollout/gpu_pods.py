@@ -143,7 +143,8 @@ def _compact_containers(items: Iterable[Mapping[str, Any]] | None) -> list[Obj]:
 
 def compact_pod(pod: Mapping[str, Any]) -> Obj:
     """What of a pod is kept: its identity, labels and annotations (device allocations, the
-    requested vGPU mode), owner, node, scheduler, containers' images and resources, phase."""
+    requested vGPU mode), owner, node, scheduler, containers' images and resources, phase and
+    Ready condition."""
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     out: Obj = {
@@ -163,6 +164,14 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
             if k in status
         },
     }
+    # the Ready condition alone (whether a plugin pod serves: core.dra.prerequisites)
+    ready = [
+        {"type": "Ready", "status": c.get("status")}
+        for c in status.get("conditions") or []
+        if isinstance(c, Mapping) and c.get("type") == "Ready"
+    ]
+    if ready:
+        out["status"]["conditions"] = ready
     # emptyDir volumes only, where there are any (their data is lost on eviction: the drain of
     # safe transitions evicts such a pod only with deleteEmptyDirData)
     empty: list[Obj] = [

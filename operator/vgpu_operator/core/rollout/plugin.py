@@ -24,13 +24,8 @@ from vgpu_operator.core.volcano.render.node_config import (
     render_ascend_node_config,
     render_node_config,
 )
-from vgpu_operator.core.volcano.snapshot import (
-    ClusterSnapshot,
-    annotations_of,
-    known_after,
-    name_of,
-    parse_time,
-)
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, name_of
+from vgpu_operator.core.volcano.times import known_after, parse_time
 from vgpu_operator.models.node import NodeConfig
 
 

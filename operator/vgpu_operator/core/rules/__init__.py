@@ -8,8 +8,8 @@ from __future__ import annotations
 
 # The import order is the order of the rules in reports: scheduler conf, ConfigMaps, vnpus, plugin
 # names and flags, plugin DaemonSets, second owners of the GPUs, the DRA pools, versions, nodes,
-# the bounds on what nodes write, the policies' node keys, pods, legacy and Ascend MindCluster,
-# then the payloads that do not parse.
+# the knownMigGeometries entries, the bounds on what nodes write, the policies' node keys, pods,
+# legacy and Ascend MindCluster, then the payloads that do not parse.
 # isort: off
 from vgpu_operator.core.rules import scheduler  # noqa: F401
 from vgpu_operator.core.rules import configmaps  # noqa: F401
@@ -20,6 +20,7 @@ from vgpu_operator.core.rules import second_owners  # noqa: F401
 from vgpu_operator.core.rules import dra  # noqa: F401
 from vgpu_operator.core.rules import versions  # noqa: F401
 from vgpu_operator.core.rules import nodes  # noqa: F401
+from vgpu_operator.core.rules import mig_groups  # noqa: F401
 from vgpu_operator.core.rules import node_bounds  # noqa: F401
 from vgpu_operator.core.rules import policy_keys  # noqa: F401
 from vgpu_operator.core.rules import pods  # noqa: F401

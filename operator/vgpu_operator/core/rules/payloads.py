@@ -21,12 +21,8 @@ from vgpu_operator import contract, yamlsafe
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.volcano.render.common import RenderError, RoundTrip
-from vgpu_operator.core.volcano.snapshot import (
-    ClusterSnapshot,
-    annotations_of,
-    name_of,
-    parse_time,
-)
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, name_of
+from vgpu_operator.core.volcano.times import parse_time
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import (

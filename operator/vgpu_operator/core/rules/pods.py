@@ -15,13 +15,15 @@ from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
     Obj,
     annotations_of,
-    data_changed_at,
     meta,
     name_of,
-    parse_time,
     pod_done,
-    pod_started,
     requested,
+)
+from vgpu_operator.core.volcano.times import (
+    data_changed_at,
+    parse_time,
+    pod_started,
     started_before,
 )
 from vgpu_operator.models.volcano import POD_VGPU_IDS

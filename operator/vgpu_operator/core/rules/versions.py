@@ -12,6 +12,8 @@ from typing import Any
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule, warning
 from vgpu_operator.core.rules.plugin import plugin_ref
 from vgpu_operator.core.volcano import component_versions
+from vgpu_operator.core.volcano.placement import reaches
+from vgpu_operator.core.volcano.plugin_identity import foreign_vgpu_plugin
 from vgpu_operator.core.volcano.plugin_refusal import flag_values
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, name_of
 from vgpu_operator.models.config_refs import (
@@ -19,7 +21,11 @@ from vgpu_operator.models.config_refs import (
     DEFAULT_COUNT_NAME,
     DEFAULT_MEMORY_NAME,
 )
-from vgpu_operator.models.volcano import HANDSHAKE_ANNOTATION, HARDCODED_ALLOCATABLE
+from vgpu_operator.models.volcano import (
+    HANDSHAKE_ANNOTATION,
+    HARDCODED_ALLOCATABLE,
+    REGISTER_ANNOTATION,
+)
 
 
 def _refs(s: ClusterSnapshot) -> tuple[ObjectRef, ObjectRef]:
@@ -193,3 +199,51 @@ def check_default_names(s: ClusterSnapshot) -> Iterator[Issue]:
                 f"Volcano {sv} ignores {name_of(node)}: its allocatable lacks {', '.join(missing)}",
                 fix="make sure the device plugin runs there and registers the default names",
             )
+
+
+@rule("plugin-static-mig", "plugin ≤ v1.11 stays off static-MIG nodes (it ignores filterdevices)")
+def check_static_mig(s: ClusterSnapshot) -> Iterator[Issue]:
+    """A static-MIG node's node-config entry filters every GPU, which keeps plugin v1.12.0 and
+    later from registering any (core.volcano.render.node_config); up to v1.11 `filterdevices` is
+    read into a struct nothing uses (`component_versions.plugin_reads_node_overrides`), so a plugin
+    pod there registers the node's MIG-enabled GPUs in hami-core mode, and Volcano places vGPU
+    pods on them beside NVIDIA's plugin, which serves their MIG instances. Only the placement
+    keeps it off; the operator patches it in `enforce` mode with restarts allowed (the
+    plugin-placement rule), so this speaks where it does not: `report`, `observe`, or restarts
+    off. Static-MIG nodes are those released so (in `observe` mode a node not yet released is
+    not known as one; the Observed condition lists the placement patch `enforce` would send)."""
+    c, view = s.plugin_container, s.plugin
+    if c is None or view is None or c.version is None or foreign_vgpu_plugin(s) is not None:
+        return
+    if component_versions.plugin_reads_node_overrides(c.version):
+        return
+    if s.config.mode == "enforce" and s.config.restarts.allowed:
+        return  # the placement patch keeps the plugin off (plugin-placement)
+    reached = []
+    for node in s.nodes:
+        rc = s.released(node)
+        if rc is None or rc.mig is None or rc.mig.partitioning != "static":
+            continue
+        if reaches(view, node) or REGISTER_ANNOTATION in annotations_of(node):
+            reached.append(name_of(node))
+    if not reached:
+        return
+    shown = reached[:5]
+    more = f" and {len(reached) - 5} more" if len(reached) > 5 else ""
+    registered = [n for n in shown if REGISTER_ANNOTATION in annotations_of(s.node(n) or {})]
+    why = (
+        "restarts.allowed is false (the placement patch restarts the plugin pods)"
+        if s.config.mode == "enforce"
+        else f"the operator config's mode is {s.config.mode}"
+    )
+    yield error(
+        (plugin_ref(s), *(ObjectRef(kind="Node", name=n) for n in shown)),
+        f"plugin {c.version} reaches {len(reached)} static-MIG node(s) ({', '.join(shown)}{more})"
+        + (f", and its {REGISTER_ANNOTATION} is on {', '.join(registered)}" if registered else "")
+        + ": up to v1.11 it registers every GPU whatever the node's filterdevices entry says, so "
+        "it registers their MIG-enabled GPUs in hami-core mode and Volcano places vGPU pods on "
+        f"them; the operator does not keep it off, as {why}",
+        fix="upgrade the device plugin to v1.12.0 or later (the static node's filterdevices entry "
+        "then keeps it from registering), or apply the placement patch the plugin-placement "
+        "finding names (a nodeSelector on vgpu.volcano.sh/device-plugin=hami)",
+    )

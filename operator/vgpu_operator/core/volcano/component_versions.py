@@ -127,3 +127,25 @@ def scheduler_vnpus_form(v: Version | None) -> VnpusForm:
     if v < Version(1, 14, 4) or Version(1, 15, 0) <= v < Version(1, 15, 1):
         return "list"
     return "both"
+
+
+# --- the pod annotations that narrow a vGPU pod's GPUs (core.volcano.pod_filters) ---
+# `nvidia.com/use-gputype` / `nouse-gputype` are read by every Volcano with the vGPU device code
+# (`checkGPUtype`, volcano-sh/volcano@v1.10.0 to v1.16.0-alpha.1:
+# pkg/scheduler/api/devices/nvidia/vgpu/utils.go); up to v1.11 a `nouse-gputype` of one value (no
+# comma) excludes nothing (its match returns true), fixed in v1.12.0. `volcano.sh/vgpu-use-gpuuuid`
+# / `vgpu-nouse-gpuuuid` are read from v1.16.0-alpha.0 (`gpuUUIDFilter`, same file; absent at
+# v1.15.1); `Version` drops the pre-release suffix, so both alphas read as v1.16.0.
+SCHEDULER_FIRST_GPU_UUID_FILTER = Version(1, 16, 0)
+
+
+def scheduler_single_nouse_type_excludes(v: Version | None) -> bool:
+    """A `nvidia.com/nouse-gputype` without a comma excludes the types it matches (v1.12.0 and
+    later; taken as so when the version is unknown, as every release the operator reads does)."""
+    return v is None or v >= V1_12
+
+
+def scheduler_reads_gpu_uuid_filter(v: Version | None) -> bool:
+    """`volcano.sh/vgpu-use-gpuuuid` and `vgpu-nouse-gpuuuid` are read (v1.16.0-alpha.0 and
+    later); an unknown version is not taken to read them."""
+    return v is not None and v >= SCHEDULER_FIRST_GPU_UUID_FILTER

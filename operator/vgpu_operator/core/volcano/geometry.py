@@ -14,7 +14,9 @@ Sources of appended entries, in order: the operator config's catalog, the built-
 the model, else of `models.gpu_catalog`, each lowered to what the instance surely has by
 core.volcano.mig_memory before it is written), the other models of `models.gpu_catalog`, and
 only for a model none of these knows, the profiles a node agent reports
-(`vgpu.volcano.sh/inventory`).
+(`vgpu.volcano.sh/inventory`). A GPU `models.gpu_catalog_unconfirmed` holds gets no built-in
+(each is another GPU's figures: H200's for the H200 NVL), only an operator-config entry or its
+agents' report.
 
 The list is cluster-wide and append-only, and an inventory is written by whoever may annotate
 that Node: so an inventory never changes what the catalog says about a model it knows (a
@@ -37,7 +39,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models import gpu_catalog, gpu_catalog_unconfirmed
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.volcano import (
@@ -205,10 +207,12 @@ def catalog_for(config: OperatorConfig) -> list[MigGeometryEntry]:
 
 
 def known_names(catalog: Iterable[MigGeometryEntry], *more: Iterable[str]) -> set[str]:
-    """Every GPU name an inventory's model string must not shadow: the NVML names of
-    `models.gpu_catalog`, the model strings of the catalogs and built-ins (and each as an NVML
-    name, `NVIDIA <model>`), and the names in `more` (the cluster's GPUs, what agents report)."""
+    """Every GPU name an inventory's model string must not shadow: the NVML names of the rows of
+    `models.gpu_catalog` and `models.gpu_catalog_unconfirmed`, the model strings of the catalogs
+    and built-ins (and each as an NVML name, `NVIDIA <model>`), and the names in `more` (the
+    cluster's GPUs, what agents report)."""
     out = {m.nvml_name for m in gpu_catalog.GPU_MODELS.values()}
+    out |= gpu_catalog_unconfirmed.unconfirmed_names()
     for entry in (*catalog, *BUILTIN_GEOMETRIES):
         for model in entry.models:
             out.update((model, model if model.startswith("NVIDIA") else f"NVIDIA {model}"))
@@ -282,11 +286,14 @@ def build_known_geometries(
     others = known_names(catalog, names, (r.nvml_name for r in reported))
     others |= {m for e in existing for m in e.models}
     shadowing: dict[str, list[str]] = {}
+    unconfirmed = gpu_catalog_unconfirmed.unconfirmed_names()
     for name in names:
         if first_match(entries, name) is not None:
             continue
         dtype = device_type(name)
         candidate = next((c for c in catalog if c.matches(dtype)), None)
+        if name in unconfirmed and any(candidate is b for b in BUILTIN_GEOMETRIES):
+            candidate = None
         known = gpu_catalog.model_for_name(name) if builtins else None
         new: MigGeometryEntry | None
         if candidate is not None:

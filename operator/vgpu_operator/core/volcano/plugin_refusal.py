@@ -20,7 +20,7 @@ An image without a version tag, or a DaemonSet that is not HAMi's plugin, refuse
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import contract
@@ -162,12 +162,8 @@ def refuse_ignored(
     policies: Iterable[ParsedPolicy], plugin: PluginNodeValues | None
 ) -> list[ParsedPolicy]:
     """The policies, each one the plugin cannot apply marked refused (held as if suspended,
-    `ParsedPolicy.refused`); a policy being deleted, or invalid, is left as it is."""
-    out: list[ParsedPolicy] = []
-    for p in policies:
-        if plugin is None or p.policy is None or p.deleting or not p.usable:
-            out.append(p)
-            continue
-        found = refusals(p.policy, plugin)
-        out.append(replace(p, refused=tuple(found)) if found else p)
-    return out
+    `ParsedPolicy.refuse_for`: a policy being deleted, or invalid, is left as it is)."""
+    if plugin is None:
+        return list(policies)
+    values = plugin
+    return [p.refuse_for(lambda policy: refusals(policy, values)) for p in policies]

@@ -37,14 +37,11 @@ from typing import Any, Literal
 
 from vgpu_operator import contract
 from vgpu_operator.core.volcano.plugin_identity import is_hami_workload
-from vgpu_operator.core.volcano.snapshot import (
-    ClusterSnapshot,
-    annotations_of,
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, meta, pod_done
+from vgpu_operator.core.volcano.times import (
     data_changed_at,
     known_after,
-    meta,
     parse_time,
-    pod_done,
     pod_started,
     started_before,
 )

@@ -1,13 +1,13 @@
 """`ClusterSnapshot`: the raw objects read from the cluster, as plain dicts, plus the operator
 config; and the derived views every rule shares (what the scheduler reads, what the plugin
-reads, which nodes are managed and in which mode). Nothing here talks to the cluster.
+reads, which nodes are managed and in which mode). Nothing here talks to the cluster. What one
+node says of itself is read by `core.volcano.node_inputs`, times by `core.volcano.times`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +19,8 @@ from vgpu_operator.core.volcano.geometry import ReportedGpuModel, reported_from_
 from vgpu_operator.core.volcano.render.device_config import vnpus_section
 from vgpu_operator.core.volcano.render.node_config import owned_entries
 from vgpu_operator.core.volcano.render.plugin_args import PLUGIN_IMAGE_HINT
-from vgpu_operator.models import gpu_catalog
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.gpu_resources import ClaimDrivers
-from vgpu_operator.models.inventory import Inventory
-from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.volcano import (
     DEFAULT_DEVICE_CONFIG_NAME,
     PLUGIN_CM_NAMESPACES,
@@ -33,10 +30,8 @@ from vgpu_operator.models.volcano import (
     NodeConfigFile,
     NvidiaConfig,
     PayloadError,
-    RegisteredGpu,
     parse_device_config,
     parse_node_config,
-    parse_register,
 )
 from vgpu_operator.models.volcano_views import (
     ContainerView,
@@ -50,10 +45,6 @@ if TYPE_CHECKING:
     from vgpu_operator.core.admission.verdict import Observation
 
 Obj = dict[str, Any]
-# GFD writes the NVML name with spaces as dashes; known models map back exactly.
-_PRODUCT_TO_NVML = {
-    m.nvml_name.replace(" ", "-"): m.nvml_name for m in gpu_catalog.GPU_MODELS.values()
-}
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -70,72 +61,6 @@ def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
-
-
-# Times read from the cluster are clamped into this range: what anyone may write into an
-# annotation (`9999-12-31T23:59:59.5Z`) must not overflow the date arithmetic done with it.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time (naive: UTC) clamped into [EARLIEST, LATEST]; None if it is none."""
-    if not isinstance(value, str) or not value or len(value) > 64:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-        return min(max(parsed, EARLIEST), LATEST)
-    except (ValueError, OverflowError):
-        return None
-
-
-def known_after(changed: datetime) -> datetime:
-    """The first time a pod start can be told apart from a change at `changed`.
-
-    Kubernetes keeps pod start times in whole seconds: a pod that "started at 12:00:07" started
-    somewhere in [12:00:07, 12:00:08), so a pod that started in the second of a change may have
-    started before it, however precisely the change is dated. Only a start in a later second is
-    known to be after it.
-    """
-    return changed.replace(microsecond=0) + timedelta(seconds=1)
-
-
-def started_before(started: datetime, changed: datetime) -> bool:
-    """Whether a pod that started at `started` (whole seconds) may have started before a change.
-
-    The operator dates its own changes to the microsecond (`status.change_stamp`): a pod that
-    started in the same second may have read the old content, and counts as started before
-    (one restart too many is harmless; a plugin left on a configuration it never read is not).
-    Restarts wait for `known_after(changed)`, so their replacements cannot be taken for stale.
-    A whole-second time (a foreign edit dated by managedFields, or a creation) says nothing
-    finer than the pod's: a pod that started in that second counts as started after it, or
-    every fresh install, whose pods start in the second their ConfigMaps are created, would be
-    restarted once for nothing.
-    """
-    if changed.microsecond == 0:
-        return started < changed
-    return started < known_after(changed)
-
-
-def pod_started(pod: Mapping[str, Any]) -> datetime | None:
-    status = pod.get("status") or {}
-    return parse_time(status.get("startTime")) or parse_time(meta(pod).get("creationTimestamp"))
-
-
-def data_changed_at(cm: Mapping[str, Any]) -> datetime | None:
-    """When the ConfigMap's data last changed: the operator's stamp, else the newest
-    managedFields entry that owns data, else its creation."""
-    stamped = parse_time(annotations_of(cm).get(contract.ANN_DATA_CHANGED_AT))
-    if stamped:
-        return stamped
-    times = [
-        parse_time(mf.get("time"))
-        for mf in meta(cm).get("managedFields") or []
-        if isinstance(mf, Mapping) and "f:data" in (mf.get("fieldsV1") or {})
-    ]
-    known = [t for t in times if t is not None]
-    return max(known) if known else parse_time(meta(cm).get("creationTimestamp"))
 
 
 def requested(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -379,6 +304,13 @@ class ClusterSnapshot:
 
     # --- nodes ------------------------------------------------------------------------------
 
+    # What one node says of itself (core.volcano.node_inputs), for the rules as `s.released(n)`
+    released = staticmethod(node_inputs.released)
+    registered = staticmethod(node_inputs.registered)
+    inventory = staticmethod(node_inputs.inventory)
+    gpu_indexes = staticmethod(node_inputs.node_gpu_indexes)
+    gpu_names = staticmethod(node_inputs.gpu_names)
+
     @cached_property
     def gpus_by_node(self) -> dict[str, list[int] | None]:
         """The GPU indexes of every managed node (`gpu_indexes`), for node-config entries."""
@@ -387,12 +319,6 @@ class ClusterSnapshot:
             for n in self.nodes
             if contract.ANN_CONFIG in annotations_of(n)
         }
-
-    def released(self, node: Mapping[str, Any]) -> NodeConfig | None:
-        try:
-            return NodeConfig.from_annotation(annotations_of(node).get(contract.ANN_CONFIG))
-        except ValueError:
-            return None
 
     def managed(self, modes: tuple[str, ...]) -> list[Obj]:
         """Nodes the operator manages whose released mode is one of `modes`."""
@@ -408,12 +334,8 @@ class ClusterSnapshot:
         """Managed nodes in a dra pool or on their way there: released or targeted mode dra."""
         out = []
         for node in self.nodes:
-            released = self.released(node)
-            try:
-                target = NodeConfig.from_annotation(annotations_of(node).get(contract.ANN_TARGET))
-            except ValueError:
-                target = None
-            if any(c is not None and c.mode == "dra" for c in (released, target)):
+            configs = (self.released(node), node_inputs.target(node))
+            if any(c is not None and c.mode == "dra" for c in configs):
                 out.append(node)
         return out
 
@@ -442,18 +364,6 @@ class ClusterSnapshot:
                 names.add(name_of(node))
         return managed
 
-    def registered(self, node: Mapping[str, Any]) -> list[RegisteredGpu] | None:
-        """The plugin's register records; [] when they cannot be read or are more than a node
-        may have (core.volcano.node_inputs)."""
-        raw = annotations_of(node).get(REGISTER_ANNOTATION)
-        if raw is None:
-            return None
-        try:
-            records = parse_register(raw)
-        except PayloadError:
-            return []
-        return records if node_inputs.register_problem(records) is None else []
-
     def is_mig(self, node: Mapping[str, Any]) -> bool:
         """A MIG node of HAMi's plugin (dynamic partitioning): static MIG nodes are served by
         NVIDIA's device plugin, and neither the scheduler's geometries nor HAMi concern them."""
@@ -463,16 +373,6 @@ class ClusterSnapshot:
         if self.node_config.effective_for(name_of(node)).mode == "mig":
             return True
         return any(g.mode == "mig" for g in self.registered(node) or [])
-
-    def gpu_indexes(self, node: Mapping[str, Any]) -> list[int] | None:
-        """The indexes of the node's GPUs (core.volcano.node_inputs: within bounds or None)."""
-        return node_inputs.gpu_indexes(labels_of(node), self.inventory(node))
-
-    def inventory(self, node: Mapping[str, Any]) -> Inventory | None:
-        try:
-            return Inventory.from_annotation(annotations_of(node).get(contract.ANN_INVENTORY))
-        except ValueError:
-            return None
 
     @cached_property
     def mig_nodes(self) -> list[Obj]:
@@ -492,17 +392,3 @@ class ClusterSnapshot:
                 if model.nvml_name not in out or not out[model.nvml_name].profiles:
                     out[model.nvml_name] = model
         return [out[k] for k in sorted(out)]
-
-    def gpu_names(self, node: Mapping[str, Any]) -> tuple[list[str], str]:
-        """NVML names of the node's GPUs and where they came from: the plugin's register
-        records (what the scheduler matches), the agent's inventory, or the GFD label."""
-        records = self.registered(node)
-        if records:
-            return sorted({g.type.removeprefix("NVIDIA-") for g in records}), "register"
-        inv = self.inventory(node)
-        if inv is not None and inv.gpus:
-            return sorted({g.name for g in inv.gpus}), "inventory"
-        product = labels_of(node).get(contract.GFD_PRODUCT)
-        if product:
-            return [_PRODUCT_TO_NVML.get(product, product)], "label"
-        return [], "none"

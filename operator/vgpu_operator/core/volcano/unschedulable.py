@@ -13,7 +13,10 @@ placed, with the fix, so the controller can post it as a Warning Event on the po
 - `vgpu-number-too-large`: a container asks for more vGPUs than any node serving it has GPUs;
 - `gpu-sharing-off`: legacy `volcano.sh/gpu-memory` (`gpu-number`) while the scheduler's GPU
   sharing (GPU number) switch is off;
-- `not-volcano`: vGPU resources, and a scheduler other than Volcano.
+- `not-volcano`: vGPU resources, and a scheduler other than Volcano;
+- `gpu-filter`: the pod would fit, but its annotations `nvidia.com/use-gputype`,
+  `nouse-gputype`, `volcano.sh/vgpu-use-gpuuuid` or `vgpu-nouse-gpuuuid` exclude every GPU that
+  could hold it (core.volcano.pod_filters: what each version reads, what is known of a GPU).
 
 What the scheduler does is read from volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/
 nvidia/vgpu (utils.go `checkNodeGPUSharingPredicateAndScore`: a pod's mode annotation must equal
@@ -30,11 +33,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vgpu_operator import bounds, contract
-from vgpu_operator.core.volcano import node_inputs
+from vgpu_operator.core.volcano import node_inputs, pod_filters
+from vgpu_operator.core.volcano.pod_filters import GpuFacts
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, labels_of
 from vgpu_operator.models.volcano import (
     LEGACY_GPU_MEMORY,
@@ -42,6 +46,7 @@ from vgpu_operator.models.volcano import (
     POD_VGPU_MODE,
     first_match,
 )
+from vgpu_operator.models.volcano_views import Version
 
 MODES = ("hami-core", "mig")
 UAE = "UnexpectedAdmissionError"
@@ -54,6 +59,7 @@ REASONS: dict[str, str] = {
     "vgpu-number-too-large": "VGPUNumberTooLarge",
     "gpu-sharing-off": "GPUSharingDisabled",
     "not-volcano": "VGPUNotScheduledByVolcano",
+    "gpu-filter": "GPUsExcludedByPodAnnotations",
 }
 
 
@@ -78,6 +84,7 @@ class NodeShape:
     instances: tuple[int, ...] = ()  # mig: MiB of every instance type its geometries have
     per_gpu: int = 1  # mig: the most instances one GPU's geometry has
     models: tuple[str, ...] = ()  # GPU names, for messages
+    devices: tuple[GpuFacts, ...] = ()  # each GPU, where known (core.volcano.pod_filters)
 
     @property
     def capacity(self) -> int | None:
@@ -101,6 +108,7 @@ class FitContext:
     gpu_sharing: bool | None = None
     gpu_number: bool | None = None
     mig_models_without_geometry: tuple[str, ...] = field(default=())
+    scheduler_version: Version | None = None  # which pod annotations it reads (pod_filters)
 
     @property
     def vgpu_names(self) -> frozenset[str]:
@@ -225,9 +233,59 @@ def causes(pod: Mapping[str, Any], ctx: FitContext) -> list[Cause]:
         )
     mode = annotations_of(pod).get(POD_VGPU_MODE)
     fit = _fit(asks, mode, ctx, names)
+    if fit is None:  # it would fit: do its annotations leave it a GPU?
+        fit = _filtered(annotations_of(pod), asks, mode, ctx, names)
     if fit is not None:
         out.append(fit)
     return out
+
+
+# --- the pod's GPU filters (core.volcano.pod_filters) -----------------------------------------
+
+
+def _filtered(
+    annotations: Mapping[str, str],
+    asks: list[ContainerAsk],
+    mode: str | None,
+    ctx: FitContext,
+    names: str,
+) -> Cause | None:
+    """The pod fits the nodes as they are; does it fit the GPUs its annotations leave it?"""
+    f = pod_filters.read(annotations, ctx.scheduler_version)
+    if f is None:
+        return None
+    shapes = frozenset(_narrowed(s, f) for s in ctx.shapes)
+    if _fit(asks, mode, replace(ctx, shapes=shapes), names) is None:
+        return None
+    wanted = (mode,) if mode else MODES
+    largest = max((a.memory or 0 for a in asks), default=0) or None
+    fitting = [
+        d
+        for s in ctx.shapes
+        if s.mode in wanted
+        for d in s.devices
+        if _holds(replace(s, memory=d.memory, instances=d.instances), largest, ctx)
+    ]
+    return Cause("gpu-filter", pod_filters.excluded_text(f, fitting, ctx.scheduler_version))
+
+
+def _narrowed(shape: NodeShape, f: pod_filters.GpuFilter) -> NodeShape:
+    """The node as the pod sees it: only the GPUs its filter leaves (all, where unknown)."""
+    left = pod_filters.kept(shape.devices, f)
+    if left is None:
+        return shape
+    memories = [d.memory for d in left]
+    return replace(
+        shape,
+        gpus=len(left),
+        memory=None if None in memories else max((m or 0 for m in memories), default=0),
+        instances=tuple(sorted({i for d in left for i in d.instances})),
+        per_gpu=max((d.per_gpu for d in left), default=1),
+        devices=left,
+    )
+
+
+# --- the pod's GPU filters (end) -----------------------------------------------------------
 
 
 def _legacy(pod: Mapping[str, Any], ctx: FitContext) -> Cause | None:
@@ -392,29 +450,33 @@ def node_shape(s: ClusterSnapshot, node: Mapping[str, Any], factor: int) -> Node
     names = tuple(s.gpu_names(node)[0])
     gpus: int | None
     memory: int | None
+    devices: tuple[GpuFacts, ...] = ()  # only for pod_filters
     if records:
         gpus, memory = len(records), max(g.memory for g in records)
+        devices = pod_filters.registered_gpus(records)
     else:
         inv = s.inventory(node)
         if inv is not None and inv.gpus and node_inputs.inventory_problem(inv) is None:
             gpus, memory = len(inv.gpus), max(g.memory_mib for g in inv.gpus) // factor
+            devices = pod_filters.inventory_gpus(inv, factor)
         else:  # a count out of bounds is not used (core.volcano.node_inputs)
             labels = labels_of(node)
             gpus = bounds.gpu_count(labels.get(contract.GFD_COUNT))
             total = _int(labels.get(contract.GFD_MEMORY, ""))
             memory = total // factor if total is not None else None
     if not s.is_mig(node):
-        return NodeShape("hami-core", False, gpus, memory, models=names)
+        return NodeShape("hami-core", False, gpus, memory, models=names, devices=devices)
     entries = s.scheduler_nvidia.geometries()
     groups = []
     for name in names:
         entry = first_match(entries, name)
         groups.extend(entry.allowed_geometries if entry is not None else [])
     if not groups:  # the scheduler falls back to hami-core for this node
-        return NodeShape("hami-core", True, gpus, memory, models=names)
+        return NodeShape("hami-core", True, gpus, memory, models=names, devices=devices)
     instances = tuple(sorted({t.memory for g in groups for t in g.geometries}))
     per_gpu = max((sum(t.count for t in g.geometries) for g in groups), default=1)
-    return NodeShape("mig", True, gpus, memory, instances, max(per_gpu, 1), names)
+    mig = pod_filters.with_layouts(devices, entries)
+    return NodeShape("mig", True, gpus, memory, instances, max(per_gpu, 1), names, mig)
 
 
 def fit_context(s: ClusterSnapshot) -> FitContext:
@@ -448,6 +510,7 @@ def fit_context(s: ClusterSnapshot) -> FitContext:
         gpu_sharing=sharing,
         gpu_number=number,
         mig_models_without_geometry=tuple(unmatched),
+        scheduler_version=s.scheduler_container.version if s.scheduler_container else None,
     )
 
 

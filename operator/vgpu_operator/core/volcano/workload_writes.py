@@ -26,14 +26,8 @@ from vgpu_operator.core.volcano.restarts import (
     restarted_at,
     rollout_due,
 )
-from vgpu_operator.core.volcano.snapshot import (
-    ClusterSnapshot,
-    data_changed_at,
-    known_after,
-    meta,
-    name_of,
-    pod_done,
-)
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta, name_of, pod_done
+from vgpu_operator.core.volcano.times import data_changed_at, known_after
 from vgpu_operator.core.volcano.write_plan import ConfigMapWrite, Restart, WorkloadPatch, WritePlan
 from vgpu_operator.models.placement import PlacementRecord
 from vgpu_operator.models.volcano_views import workload_view

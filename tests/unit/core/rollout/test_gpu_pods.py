@@ -105,7 +105,14 @@ def test_a_kept_pod_is_compacted_to_what_is_read() -> None:
     )
     raw["spec"].update(nodeName="n1", schedulerName="volcano", volumes=[{"name": "v"}])
     raw["spec"]["containers"][0].update(image="img", env=[{"name": "A", "value": "1"}])
-    raw["status"] = {"phase": "Running", "startTime": "t", "conditions": [{"type": "Ready"}]}
+    raw["status"] = {
+        "phase": "Running",
+        "startTime": "t",
+        "conditions": [
+            {"type": "Initialized", "status": "True"},
+            {"type": "Ready", "status": "True", "lastTransitionTime": "t"},
+        ],
+    }
     kept = gpu_pod(DEFAULTS)(raw)
     assert kept == compact_pod(raw)
     assert kept == {
@@ -128,7 +135,12 @@ def test_a_kept_pod_is_compacted_to_what_is_read() -> None:
             ],
             "initContainers": [],
         },
-        "status": {"phase": "Running", "startTime": "t"},
+        # the Ready condition alone: whether a plugin pod serves (core.dra.prerequisites)
+        "status": {
+            "phase": "Running",
+            "startTime": "t",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
     assert compact_pod(kept) == kept  # a listing reduced page by page parses the same
     assert pod_key(kept) == "ns/p"

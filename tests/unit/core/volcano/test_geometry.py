@@ -18,10 +18,15 @@ from vgpu_operator.core.volcano.geometry import (
     reported_from_inventory,
     uncovered_models,
 )
-from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models import gpu_catalog, gpu_catalog_unconfirmed
 from vgpu_operator.models.config import load_config
 from vgpu_operator.models.inventory import GpuInfo, Inventory, ProfileInfo
-from vgpu_operator.models.volcano import MigGeometryEntry, first_match, parse_device_config
+from vgpu_operator.models.volcano import (
+    MigGeometryEntry,
+    device_type,
+    first_match,
+    parse_device_config,
+)
 
 # NVML names as nvidia-smi prints them in public listings (e.g. "NVIDIA H100 80GB HBM3" in
 # NVIDIA/cloud-native-docs@52dcb7b8d956:gpu-operator/manifests/output/mig-mixed-nvidia-smi.txt).
@@ -248,10 +253,18 @@ def test_building_only_appends_and_covers_all_it_can(
     # existing entries: same order, same groups, untouched
     assert [e.model_dump() for e in plan.entries[: len(existing)]] == before
     assert [e.model_dump() for e in existing] == before
-    # every real, MIG-capable model is covered afterwards; the others are reported uncovered
+    # every real, MIG-capable model is covered afterwards; the others are reported uncovered, and
+    # so is a GPU of models.gpu_catalog_unconfirmed no earlier entry matches (a built-in matching
+    # it is another GPU's figures: the H200's for the H200 NVL)
     assert uncovered_models(plan.entries, required) == sorted(set(plan.uncovered))
     known = {n for n in required if (m := gpu_catalog.model_for_name(n)) and m.mig_capable}
-    assert set(plan.uncovered) == {n for n in required if n not in REAL and n not in known}
+    unconfirmed = gpu_catalog_unconfirmed.unconfirmed_names()
+    unmatched = {n for n in required if n in unconfirmed and first_match(plan.entries, n) is None}
+    assert set(plan.uncovered) == {n for n in required if n not in REAL and n not in known} | (
+        unmatched
+    )
+    confirmed = [device_type(n) for n in required if n not in unconfirmed]
+    assert all(any(e.matches(t) for t in confirmed) for e in plan.appended)
     # building again from the result changes nothing (stable)
     again = build_known_geometries(plan.entries, required, list(BUILTIN_GEOMETRIES))
     assert not again.changed

@@ -25,7 +25,7 @@ from vgpu_operator.core.volcano.geometry import (
 )
 from vgpu_operator.core.volcano.writes import plan_writes
 from vgpu_operator.models import gpu_catalog
-from vgpu_operator.models.inventory import GpuInfo, Inventory
+from vgpu_operator.models.inventory import Inventory
 from vgpu_operator.models.volcano import first_match, parse_device_config
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -100,26 +100,9 @@ def test_a_new_model_that_shadows_nothing_is_still_taken_from_its_report() -> No
     assert [e.models for e in plan.appended] == [["NVIDIA X100"]]
 
 
-def inventory(name: str) -> str:
-    model = gpu_catalog.H100_80GB
-    gpu = GpuInfo(
-        index=0,
-        uuid="GPU-0",
-        name=name,
-        bus_id="0:0",
-        memory_mib=model.memory_mib,
-        mig_capable=True,
-        mig_current=True,
-        mig_pending=True,
-        profiles=[profile_info(p) for p in model.profiles],
-        profiles_source="driver",
-    )
-    return Inventory(gpus=[gpu]).to_annotation()
-
-
 def mig_node(name: str, gpu_name: str) -> dict[str, Any]:
     node = gpu_node(name, "H100-80GB-HBM3", 1, released=MIG_NODE)
-    node["metadata"]["annotations"][contract.ANN_INVENTORY] = inventory(gpu_name)
+    node["metadata"]["annotations"][contract.ANN_INVENTORY] = hostile.forged_inventory(gpu_name)
     return node
 
 

@@ -23,7 +23,7 @@ from vgpu_operator.core.volcano.restarts import (
     prune,
     record,
 )
-from vgpu_operator.core.volcano.snapshot import parse_time
+from vgpu_operator.core.volcano.times import parse_time
 from vgpu_operator.models.config import load_config
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -369,6 +369,7 @@ def test_every_cause_has_an_event_reason() -> None:
         "vgpu-number-too-large",
         "gpu-sharing-off",
         "not-volcano",
+        "gpu-filter",
     }
     assert all(r[0].isupper() and " " not in r for r in REASONS.values())
 

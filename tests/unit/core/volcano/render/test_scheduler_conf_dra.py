@@ -17,7 +17,8 @@ from vgpu_operator import contract
 from vgpu_operator.core.volcano.configmap_writes import configmaps, scheduler_needs_dra
 from vgpu_operator.core.volcano.render import render_scheduler_conf
 from vgpu_operator.core.volcano.restarts import restart_inputs
-from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, parse_time
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.times import parse_time
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import NodeConfig
 

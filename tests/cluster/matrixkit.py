@@ -1,62 +1,28 @@
-"""Least privilege as a matrix: the chart's ServiceAccounts (the controller's, the node agent's,
-the uninstall hook's), as the chart installs them (RBAC and the admission policies of
-admission-policies.yaml), asked by the admin impersonating each (`acting_as`; the agent with a
-token bound to its pod, whose node-name and pod-name claims its admission policy reads) to do
-what the chart must not let them: every row is refused (403), by RBAC or by the admission
-policy the row names, and the allowed rows, the calls the operator, the agent and the hook
-really make, are not. Writes are server-side dry runs (`dryRun=All`: admission runs, nothing is
-stored), so a rule that failed to refuse would still leave the cluster as it was. The agent's
-rows that RBAC refuses are asked impersonating it too (RBAC reads no claim): every request made
-with its own token must be one the chart grants (test_rbac_audit.py's session check).
-
-Two install paths: the chart's templates applied as `vgpu_devcluster.install` renders them
-(`helm template`, the session's install, with the suite's keys added to config.policyKeys:
-`rbackit.session_values`), and a `helm install` release of the chart's defaults under a
-fullname and namespace of its own (the uninstall hook's ServiceAccount exists only while `helm
-uninstall` runs: its rows are left out there).
+"""The impersonation matrix (`impersonationkit.check_matrix` asks it): each row one request of a
+ServiceAccount of the chart (the controller's, the node agent's, the uninstall hook's), what the
+chart must not let it do with the refuser it names (RBAC, or an admission policy of
+admission-policies.yaml), and the calls the operator, the agent and the hook really make, which
+must be let through. Writes are server-side dry runs (`dryRun=All`: admission runs, nothing is
+stored), so a rule that failed to refuse would still leave the cluster as it was.
 
 The controller's Node writes by key (_nodekeys.tpl): it may not label, taint or annotate a Node
 with a key of no one's list (any node alike: `example.com/anything` is in neither install's
 config.policyKeys), nor remove a user's label, nor a `kubernetes.io/` label even when the
 node's ownership record lists it; it may remove a label and a taint the record lists that no
-list names any more (`released`: the release after the list was narrowed).
+list names any more (`Scene.released`: the release after the list was narrowed).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pytest
-from kubernetes_asyncio import client, config
-
-from tests.cluster.helpers import NodeFactory, unique
-from tests.cluster.rbackit import acting_as
-from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, SCHED_NS, VolcanoEnv, volcano_env
-from vgpu_devcluster import binaries
-from vgpu_devcluster.cluster import write_kubeconfig
-from vgpu_devcluster.install import (
-    OPERATOR_NAMESPACE,
-    chart_dir,
-    ensure_namespace,
-    install_agent_access,
-    install_agent_admission,
-    install_cleanup_access,
-    remove,
-)
+from tests.cluster.helpers import unique
+from tests.cluster.volcano_env import PLUGIN_DS, PLUGIN_NS, SCHED_NS
+from vgpu_devcluster.install import OPERATOR_NAMESPACE
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import workload_path
-from vgpu_operator.models.node import Owned
-from vgpu_operator.models.policy import Taint
-
-pytestmark = pytest.mark.cluster
-
-__all__ = ["volcano_env"]
 
 STRATEGIC = "application/strategic-merge-patch+json"
 DRY_RUN = {"dryRun": "All"}
@@ -109,19 +75,6 @@ class Scene:
     def policy(self, name: str) -> str:
         """A policy of this install by its default name (`vgpu-operator-objects`, ...)."""
         return self.fullname + name.removeprefix("vgpu-operator")
-
-
-async def helm(kubeconfig: Path, *args: str, timeout: float = 180) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        str(binaries.ensure("helm")),
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"helm {' '.join(args)}:\n{out.decode()}\n{err.decode()}"
 
 
 def ds_path() -> str:
@@ -394,301 +347,3 @@ def allowed_rows(s: Scene) -> list[Row]:
         Row("hook removes placement", "hook", "PATCH", ds_path(),
             template({"nodeSelector": None, "tolerations": []}), STRATEGIC),
     ]  # fmt: skip
-
-
-async def ask(api: client.ApiClient, row: Row) -> dict[str, Any]:
-    return await kubeapi.request(
-        api,
-        row.method,
-        row.path,
-        body=row.body,
-        content_type=row.content_type if row.method == "PATCH" else kubeapi.JSON,
-        query=row.query or None,
-        field_manager=None,
-    )
-
-
-def refusal_of(row: Row, err: kubeapi.ApiError) -> str | None:
-    """None when `err` is the refusal the row expects, else what is wrong."""
-    body = str(err.body)
-    if err.status != 403:
-        return f"{err.status}: {body[:300]}"
-    if row.refused_by == RBAC:
-        by_rbac = " cannot " in body and "ValidatingAdmissionPolicy" not in body
-        return None if by_rbac else f"not refused by RBAC: {body[:300]}"
-    if f"ValidatingAdmissionPolicy '{row.refused_by}'" not in body:
-        return f"not refused by {row.refused_by}: {body[:300]}"
-    return None
-
-
-@contextlib.asynccontextmanager
-async def agent_on(
-    api: client.ApiClient, node: str, namespace: str, account: str, directory: Path
-) -> AsyncIterator[tuple[str, client.ApiClient]]:
-    """A pod of the agent's ServiceAccount on `node` and a client with a token bound to it (the
-    apiserver adds the node-name and pod-name claims)."""
-    pod = unique("agent")
-    pods = f"/api/v1/namespaces/{namespace}/pods"
-    body = {
-        "metadata": {"name": pod},
-        "spec": {
-            "nodeName": node,
-            "serviceAccountName": account,
-            "containers": [{"name": "agent", "image": "vgpu-operator"}],
-            "tolerations": [{"operator": "Exists"}],
-        },
-    }
-    created = await kubeapi.request(api, "POST", pods, body=body, field_manager=None)
-    try:
-        token = await kubeapi.request(
-            api,
-            "POST",
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-            body={
-                "spec": {
-                    "expirationSeconds": 3600,
-                    "boundObjectRef": {
-                        "kind": "Pod",
-                        "apiVersion": "v1",
-                        "name": pod,
-                        "uid": created["metadata"]["uid"],
-                    },
-                }
-            },
-            field_manager=None,
-        )
-        ca = api.configuration.ssl_ca_cert
-        path = write_kubeconfig(
-            directory / f"kubeconfig-agent-bound-{namespace}",
-            str(api.configuration.host),
-            str(token["status"]["token"]),
-            Path(ca) if ca else None,
-            f"system:serviceaccount:{namespace}:{account}",
-        )
-        async with await config.new_client_from_config(config_file=str(path)) as agent:
-            yield pod, agent
-    finally:
-        with contextlib.suppress(kubeapi.NotFound):
-            await kubeapi.request(api, "DELETE", f"{pods}/{pod}", query={"gracePeriodSeconds": "0"})
-
-
-async def make_pod(api: client.ApiClient, namespace: str, labels: dict[str, str]) -> str:
-    name = unique("victim")
-    body = {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }
-    await kubeapi.request(
-        api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body, field_manager=None
-    )
-    return name
-
-
-async def check_matrix(
-    api: client.ApiClient,
-    kubeconfig: Path,
-    env: VolcanoEnv,
-    make_nodes: NodeFactory,
-    tmp_path: Path,
-    *,
-    fullname: str,
-    namespace: str,
-    hook: bool,
-) -> None:
-    """Every forbidden row refused as it says, every allowed row allowed, for the install whose
-    fullname and namespace are given (its ServiceAccounts, RBAC and policies in force; the
-    uninstall hook's only when `hook`)."""
-    sa = f"system:serviceaccount:{namespace}:"
-    node_a, node_b = await make_nodes("A100-SXM4-80GB", 2, gpus=1, prefix="matrix")
-    record = Owned(
-        labels={RELEASED: "x", SYSTEM: ""},
-        taints=[Taint(key=RELEASED, value="x", effect="NoSchedule")],
-    )
-    [released] = await make_nodes(
-        "A100-SXM4-80GB",
-        1,
-        gpus=1,
-        prefix="matrix-rel",
-        labels={RELEASED: "x", USERS: "y", SYSTEM: ""},
-        taints=[{"key": RELEASED, "value": "x", "effect": "NoSchedule"}],
-        annotations={contract.ANN_OWNED: record.to_annotation()},
-    )
-    released_node = await kubeapi.request(api, "GET", kubeapi.node_path(released))
-    ds = await kubeapi.request(api, "GET", ds_path())
-    dep = await kubeapi.request(api, "GET", deploy_path())
-    plugin = ds["spec"]["template"]["spec"]
-    free, opted_out = unique("evictable"), unique("opted-out")
-    await ensure_namespace(api, free)
-    await kubeapi.request(
-        api,
-        "POST",
-        "/api/v1/namespaces",
-        body={"metadata": {"name": opted_out, "labels": {DENY_LABEL: "deny"}}},
-        field_manager=None,
-    )
-    victims = [
-        ("kube-system", await make_pod(api, "kube-system", {"app": "not-the-plugin"})),
-        (free, await make_pod(api, free, {"app": "gpu-job"})),
-        (opted_out, await make_pod(api, opted_out, {"app": "gpu-job"})),
-    ]
-    try:
-        async with (
-            agent_on(api, node_a, namespace, f"{fullname}-agent", tmp_path) as (agent_pod, agent),
-            acting_as(kubeconfig, f"{sa}{fullname}") as operator,
-            acting_as(kubeconfig, f"{sa}{fullname}-cleanup") as cleanup,
-            acting_as(kubeconfig, f"{sa}{fullname}-agent") as agent_impersonated,
-        ):
-            scene = Scene(
-                node_a=node_a,
-                node_b=node_b,
-                released=released,
-                released_taints=list(released_node["spec"].get("taints") or []),
-                agent_pod=agent_pod,
-                plugin_container=plugin["containers"][0]["name"],
-                plugin_args=list(plugin["containers"][0].get("args") or []),
-                scheduler_container=dep["spec"]["template"]["spec"]["containers"][0]["name"],
-                host_pid=bool(plugin.get("hostPID")),
-                kube_system_pod=victims[0][1],
-                evictable=f"{free}/{victims[1][1]}",
-                opted_out=f"{opted_out}/{victims[2][1]}",
-                fullname=fullname,
-                namespace=namespace,
-            )
-            clients = {"operator": operator, "agent": agent, "hook": cleanup}
-            # RBAC's refusals of the agent are asked impersonating it (RBAC reads no claim):
-            # the session's audit check (test_rbac_audit.py) holds every request made with the
-            # agent's own token to be granted.
-            impersonated = {**clients, "agent": agent_impersonated}
-
-            def client_for(row: Row) -> client.ApiClient:
-                return (impersonated if row.refused_by == RBAC else clients)[row.who]
-
-            forbidden = [r for r in forbidden_rows(scene) if hook or r.who != "hook"]
-            allowed = [r for r in allowed_rows(scene) if hook or r.who != "hook"]
-            assert len(forbidden) >= 30
-            # The policies take effect a moment after they are created: until a row of each
-            # is refused.
-            for policy in (OBJECTS, WORKLOADS, AGENT_NODE):
-                probe = next(r for r in forbidden if r.refused_by == scene.policy(policy))
-                deadline = asyncio.get_running_loop().time() + 30
-                while True:
-                    try:
-                        answer: object = await ask(client_for(probe), probe)
-                    except kubeapi.ApiError as exc:
-                        if exc.status == 403:
-                            break
-                        answer = exc
-                    assert asyncio.get_running_loop().time() < deadline, (probe.what, answer)
-                    await asyncio.sleep(0.5)
-
-            wrong: list[str] = []
-            for row in forbidden:
-                try:
-                    await ask(client_for(row), row)
-                except kubeapi.ApiError as exc:
-                    problem = refusal_of(row, exc)
-                    if problem is not None:
-                        wrong.append(f"{row.who} {row.what}: {problem}")
-                else:
-                    wrong.append(f"{row.who} {row.what}: allowed")
-            for row in allowed:
-                try:
-                    await ask(clients[row.who], row)
-                except kubeapi.ApiError as exc:
-                    wrong.append(f"{row.who} {row.what} (allowed row): {exc.status} {exc.body!s}")
-            assert wrong == [], "\n".join(wrong)
-
-        # nothing was stored: the DaemonSet, the Deployment and node A are as they were
-        after = await kubeapi.request(api, "GET", ds_path())
-        assert after["spec"]["template"] == ds["spec"]["template"]
-        assert (await kubeapi.request(api, "GET", deploy_path()))["spec"] == dep["spec"]
-        node = await kubeapi.request(api, "GET", kubeapi.node_path(node_a))
-        assert not node["metadata"].get("finalizers")
-        assert not node["spec"].get("taints")
-    finally:
-        for victim_namespace, name in victims:
-            with contextlib.suppress(kubeapi.NotFound):
-                await kubeapi.request(
-                    api,
-                    "DELETE",
-                    f"/api/v1/namespaces/{victim_namespace}/pods/{name}",
-                    query={"gracePeriodSeconds": "0"},
-                    field_manager=None,
-                )
-        for gone in (free, opted_out):
-            with contextlib.suppress(kubeapi.NotFound):
-                await kubeapi.request(
-                    api, "DELETE", f"/api/v1/namespaces/{gone}", field_manager=None
-                )
-
-
-async def test_the_chart_service_accounts_are_refused_the_matrix_and_allowed_their_calls(
-    api: client.ApiClient,
-    kubeconfig: Path,
-    installed: object,
-    volcano_env: VolcanoEnv,
-    make_nodes: NodeFactory,
-    tmp_path: Path,
-) -> None:
-    """`helm template` applied: the chart's templates as vgpu_devcluster.install applies them
-    for the session (the agent's policy for this test only), the uninstall hook's too."""
-    await install_agent_access(api, tmp_path)
-    await install_cleanup_access(api, tmp_path)
-    agent_policy = await install_agent_admission(api)
-    await volcano_env.install()
-    try:
-        await check_matrix(
-            api,
-            kubeconfig,
-            volcano_env,
-            make_nodes,
-            tmp_path,
-            fullname="vgpu-operator",
-            namespace=OPERATOR_NAMESPACE,
-            hook=True,
-        )
-    finally:
-        await remove(api, agent_policy)
-
-
-async def test_the_matrix_holds_for_a_helm_install(
-    api: client.ApiClient,
-    kubeconfig: Path,
-    volcano_env: VolcanoEnv,
-    make_nodes: NodeFactory,
-    tmp_path: Path,
-) -> None:
-    """`helm install` of the chart with its default values under a fullname of its own, in a
-    namespace of its own: that release's ServiceAccounts, RBAC and policies (the uninstall
-    hook's exist only while `helm uninstall` runs: its rows are left out)."""
-    await volcano_env.install()
-    namespace, release = unique("matrix-rel"), unique("mx")
-    fullname = f"{release}-op"
-    await ensure_namespace(api, namespace)
-    await helm(
-        kubeconfig,
-        "install",
-        release,
-        str(chart_dir()),
-        "-n",
-        namespace,
-        "--set",
-        f"fullnameOverride={fullname}",
-    )
-    try:
-        await check_matrix(
-            api,
-            kubeconfig,
-            volcano_env,
-            make_nodes,
-            tmp_path,
-            fullname=fullname,
-            namespace=namespace,
-            hook=False,
-        )
-    finally:
-        await helm(kubeconfig, "uninstall", release, "-n", namespace, "--no-hooks")
-        with contextlib.suppress(kubeapi.NotFound):
-            await kubeapi.request(
-                api, "DELETE", f"/api/v1/namespaces/{namespace}", field_manager=None
-            )
