@@ -299,11 +299,18 @@ async def launches(
 
 
 async def run_doctor(launch: Launch) -> tuple[int, str, str]:
-    """`vgpu-operator doctor -o json` with these credentials: exit code, stdout, stderr."""
+    """`vgpu-operator doctor -o json` with these credentials: exit code, stdout, stderr. With
+    `--config` (the defaults), as the operator runs: without it doctor lists ConfigMaps
+    cluster-wide to find the running configuration (commands/running_config.py), which the
+    operator's own ServiceAccount, one of these credentials, may not."""
+    config = Path(launch.env.get("HOME") or "/tmp") / "doctor-config.yaml"
+    config.write_text("{}\n")
     proc = await asyncio.create_subprocess_exec(
         str(VGPU_OPERATOR),
         "doctor",
         *launch.args,
+        "--config",
+        str(config),
         "-o",
         "json",
         env=launch.env,

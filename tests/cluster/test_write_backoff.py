@@ -109,7 +109,8 @@ async def probe_as_operator(api: client.ApiClient, node: str) -> kubeapi.ApiErro
                     "Accept": kubeapi.JSON,
                     "Impersonate-User": OPERATOR_USER,
                 },
-                body={"metadata": {"labels": {"test.vgpu.volcano.sh/probe": "x"}}},
+                # a key the chart's policyKeys list (its admission policy refuses any other)
+                body={"metadata": {"labels": {"volcano.sh/test-probe": "x"}}},
             )
         except kubeapi.ApiError as exc:
             refusal.append(exc)

@@ -65,7 +65,9 @@ def test_no_generated_spec_makes_the_models_or_the_core_raise(
     parsed = parse_policy({"metadata": {"name": name, "generation": 2, "uid": "u"}, "spec": raw})
     assert parsed.policy is not None or parsed.problems  # refused: always with a reason
     if parsed.policy is None and specgen.typeless_gpus(raw):
-        assert any(p.field.startswith("spec.mig.layout") for p in parsed.problems)
+        assert any(
+            p.field.startswith(("spec.mig.layout", "spec.dra.layout")) for p in parsed.problems
+        )
     if parsed.policy is not None:
         assert len(name) <= 63
         desired_for(parsed.policy)
