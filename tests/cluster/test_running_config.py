@@ -8,8 +8,8 @@ where it came from on stderr:
   snapshot `doctor --save-snapshot` writes records it; `plan` lets a node without GPU evidence
   into a pool under its `requireGpuEvidence: false`, which the built-in default refuses);
 - a second release's ConfigMap: exit 2 naming both;
-- credentials that may not list ConfigMaps across namespaces (the controller's own): the
-  built-in default, saying the list was refused.
+- credentials that may not list ConfigMaps across namespaces (as the controller's own may
+  not; here an account without rights): the built-in default, saying the list was refused.
 
 The demo keeps its configuration in the same ConfigMap: tests/cluster/test_demo.py."""
 
@@ -27,6 +27,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import NodeFactory, cli, unique
+from tests.cluster.rbackit import token_kubeconfig
 from vgpu_devcluster import binaries
 from vgpu_devcluster.install import apply, chart_dir
 from vgpu_operator import contract, kubeapi
@@ -137,10 +138,16 @@ async def test_doctor_and_plan_use_the_running_operators_configuration(
         assert f"{namespace}/{release}-config" in err and f"{namespace}/{second}-config" in err
         assert "--config FILE" in err, err
 
-        # the controller's credentials may not list ConfigMaps in every namespace (its Roles
-        # name each object): the built-in default, saying why
-        code, _, err = await doctor(str(installed.kubeconfig))
-        assert code in (0, 1), err
+        # credentials that may not list ConfigMaps in every namespace (the controller's own
+        # may not either: its Roles name each object): the built-in default, saying why. A
+        # ServiceAccount of the test's with no rights at all, so that the session's audit of
+        # the chart's accounts (test_rbac_audit.py) sees no refusal of theirs.
+        account = {"apiVersion": "v1", "kind": "ServiceAccount"}
+        account["metadata"] = {"name": "no-rights", "namespace": namespace}
+        await apply(api, account)
+        nobody = await token_kubeconfig(api, namespace, "no-rights", tmp_path)
+        code, _, err = await doctor(str(nobody))
+        assert code != 2, err  # 2: the lookup refused to choose; this one chose the default
         assert "listing ConfigMaps in every namespace was refused (403)" in err, err
     finally:
         # deleted now: the namespace's deletion lags, and the session's other doctor runs
