@@ -16,6 +16,8 @@ the memory phases, growing one pool of nodes and pods to each N in turn. Node le
 and clean exits: bench/benchkit.py.
 
 Usage: python bench/scale.py [--both-orders] [N ...]   (default: 1000 5000)
+A size given more than once runs its convergence that many times (three runs in both orders:
+`--both-orders 1000 1000 1000 5000 5000 5000`) and its memory once.
 """
 
 from __future__ import annotations
@@ -343,7 +345,7 @@ async def main(sizes: list[int], orders: list[bool]) -> None:
                         conv.setdefault(n, []).append(c)
                         print(row(c), flush=True)
                 have_nodes = have_pods = 0
-                for n in sizes:
+                for n in sorted(set(sizes)):  # memory once per size, growing one pool
                     mem[n] = await memory_run(api, cluster, kubeconfig, n, have_nodes, have_pods)
                     have_nodes, have_pods = n, n * PODS_PER_NODE
                     m = mem[n]
