@@ -29,7 +29,7 @@ The control plane: by default a local HTTPS server in this process that answers 
 apiserver does for what these clients ask (GET, list and watch of Nodes with a field selector,
 merge PATCH of a Node, POST of Events; a watch stays open, silent, until its timeoutSeconds)
 with a bearer token; the agent logs in as in a pod, from a ServiceAccount directory
-(`VGPU_SERVICEACCOUNT_DIR`, `KUBERNETES_SERVICE_HOST`/`PORT`: kubeapi/credentials.py's
+(`VGPU_SERVICEACCOUNT_DIR`, `KUBERNETES_SERVICE_HOST`/`PORT`: kubeapi/source.py's
 in-cluster path). `--kubeconfig F --node N` measures against a real cluster instead: the
 floors watch node N, the agents run with `--kubeconfig F` against N (it must exist).
 
@@ -49,7 +49,6 @@ import os
 import signal
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,12 +57,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from benchkit import die_with_parent, log, machine, memory
+from importkit import ImportCost, base_env, commit, import_rss, versions
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -84,7 +83,7 @@ DEPENDENCIES: list[tuple[str, list[str]]] = [
     ("prometheus_client", ["prometheus_client"]),
     ("kubernetes_asyncio (its own `__init__`: every API class and model)", ["kubernetes_asyncio"]),
     (
-        "kubernetes_asyncio as the agent loads it (`vgpu_operator` first: lazy client)",
+        "kubernetes_asyncio as `vgpu_operator` loads it (its lazy client, as the controller)",
         ["vgpu_operator", "kubernetes_asyncio.client.rest"],
     ),
     ("yaml (PyYAML)", ["yaml"]),
@@ -104,9 +103,23 @@ PACKAGES = {  # import name -> distribution, for the versions and the "in the se
 }
 # What `vgpu-operator agent` imports before it serves: the console script's parser as it is
 # built for `agent` (`@cli agent`: vgpu_operator.commands.cli.main(["agent", "--help"]), its
-# output dropped), then cmd_agent's and run_agent's imports (agent/cli.py), prometheus_client's
-# server included.
+# output dropped), then cmd_agent's and run_agent's imports (agent/cli.py), its metrics server
+# included. A tree whose agent has its own standard-library client (`kubeapi/lite`) imports that;
+# an older tree (`--agent-tree`) the controller's client, kubernetes-asyncio and prometheus_client.
 AGENT_IMPORTS = [
+    "@cli agent",
+    "vgpu_operator.kubeapi.source",
+    "vgpu_operator.kubeapi.lite",
+    "vgpu_operator.logs",
+    "vgpu_operator.endpoints",
+    "vgpu_operator.health",
+    "vgpu_operator.agent.kubelet",
+    "vgpu_operator.agent.loop",
+    "vgpu_operator.agent.nodeapi",
+    "vgpu_operator.agent.smi",
+    "vgpu_operator.agent.metrics",
+]
+AGENT_IMPORTS_KUBERNETES_ASYNCIO = [
     "@cli agent",
     "vgpu_operator.kubeapi.credentials",
     "vgpu_operator.logs",
@@ -119,19 +132,13 @@ AGENT_IMPORTS = [
     "prometheus_client",
     "vgpu_operator.agent.metrics",
 ]
-IMPORT_PROBE = """
-import importlib, json, sys
-for name in sys.argv[1:]:
-    if name.startswith("@cli "):
-        import contextlib, io
-        cli = importlib.import_module("vgpu_operator.commands.cli")
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-            cli.main([*name.split()[1:], "--help"])
-    else:
-        importlib.import_module(name)
-rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:"))
-print(json.dumps({"rss_kib": rss, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
-"""
+
+
+def agent_imports(tree: Path | None) -> list[str]:
+    """The agent's import set for a tree (None: this checkout)."""
+    package = (tree or REPO / "operator") / "vgpu_operator"
+    lite = (package / "kubeapi" / "lite").is_dir()
+    return AGENT_IMPORTS if lite else AGENT_IMPORTS_KUBERNETES_ASYNCIO
 
 
 # --- the local apiserver ----------------------------------------------------------------------
@@ -497,13 +504,6 @@ def maps_grpc(pid: int) -> bool:
     return False
 
 
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
-    env.pop("PYTHONPATH", None)
-    env["PYTHONUNBUFFERED"] = "1"  # as the chart sets it
-    return env
-
-
 def floors(server: Server, node: str, directory: Path) -> list[Measured]:
     out = []
     for kind, label in (
@@ -620,63 +620,7 @@ def measure(processes: list[Measured], settle: float, idle: float) -> None:
         m.grpc_mapped = maps_grpc(m.pid)
 
 
-# --- imports ----------------------------------------------------------------------------------
-
-
-@dataclass
-class ImportCost:
-    label: str
-    rss: float  # MiB, median
-    modules: set[str]
-
-
-def import_rss(modules: list[str], repeat: int, cwd: Path, tree: Path | None = None) -> ImportCost:
-    """`modules` imported in `repeat` fresh interpreters, in `cwd` (an empty directory: nothing
-    imported from where the benchmark was started)."""
-    env = base_env()
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
-    samples, names = [], set()
-    for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, "-c", IMPORT_PROBE, *modules],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cwd,
-            check=True,
-            timeout=120,
-        )
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        samples.append(result["rss_kib"] / 1024)
-        names = set(result["modules"])
-    return ImportCost(" + ".join(modules), statistics.median(samples), names)
-
-
 # --- the report -------------------------------------------------------------------------------
-
-
-def commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], capture_output=True, text=True, cwd=REPO, check=False
-        ).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = subprocess.run(
-        ["git", "diff", "--quiet", "HEAD", "--", "operator", "bench"], cwd=REPO, check=False
-    ).returncode
-    return f"{head} (with uncommitted changes)" if dirty else head
-
-
-def versions() -> str:
-    parts = [f"Python {sys.version.split()[0]}"]
-    for dist in sorted(set(PACKAGES.values()), key=str.lower):
-        try:
-            parts.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist} not installed")
-    return ", ".join(parts)
 
 
 def report(
@@ -690,7 +634,7 @@ def report(
     lines = [
         f"Date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}",
         f"Machine: {machine()}",
-        f"Versions: {versions()}",
+        f"Versions: {versions(PACKAGES.values())}",
         f"Control plane: {control_plane}; settle {args.settle:g} s, idle window {args.idle:g} s, "
         f"import rows the median of {args.repeat} interpreters",
         "",
@@ -809,7 +753,8 @@ def run(args: argparse.Namespace) -> str:
                 deps.append((label, import_rss(modules, args.repeat, empty)))
             for label, tree in trees:
                 log(f"imports: the agent's set ({label})")
-                agent_sets.append((label, import_rss(AGENT_IMPORTS, args.repeat, empty, tree)))
+                modules = agent_imports(tree)
+                agent_sets.append((label, import_rss(modules, args.repeat, empty, tree)))
     return report(processes, bare, deps, agent_sets, args, control_plane)
 
 

@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,6 +56,22 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child between f
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+DISTRIBUTIONS = ("kopf", "kubernetes-asyncio", "aiohttp", "pydantic")
+
+
+def stamp() -> str:
+    """The head of a benchmark's report: the date, the commit, the machine and the versions
+    (Python's and the operator's main libraries', the control plane's)."""
+    from importkit import commit, versions
+
+    return (
+        f"Date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}\n"
+        f"Machine: {machine()}\n"
+        f"Versions: {versions(DISTRIBUTIONS)}, Kubernetes {binaries.KUBERNETES_VERSION}, "
+        f"etcd {binaries.ETCD_VERSION}, kwok {binaries.KWOK_VERSION}"
+    )
+
+
 def machine() -> str:
     """The machine, for the results: CPU model, cores, memory."""
     model = "unknown CPU"
@@ -72,16 +89,22 @@ def machine() -> str:
 
 
 @contextlib.contextmanager
-def bench_cluster(profiling: bool = False) -> Iterator[LocalCluster]:
+def bench_cluster(
+    profiling: bool = False, *, etcd_quota_bytes: int = 0, prefix: str = "vgpu-bench-"
+) -> Iterator[LocalCluster]:
     """The local control plane with long node leases (see the module docstring): started
     without kwok and the controller manager, which are then started here with the longer
-    lease and grace period, as children of the same LocalCluster (stopped with it)."""
+    lease and grace period, as children of the same LocalCluster (stopped with it).
+    `etcd_quota_bytes`: etcd's space quota (0: its default, 2 GiB); `prefix` names the
+    temporary directory (the tests' smoke run uses the test clusters' prefix, whose leftover
+    processes `make test` looks for)."""
     with LocalCluster.run(
-        prefix="vgpu-bench-",
+        prefix=prefix,
         with_scheduler=False,
         with_kwok=False,
         with_controller_manager=False,
         profiling=profiling,
+        etcd_quota_bytes=etcd_quota_bytes,
     ) as cluster:
         bins = binaries.ensure_all(names=("kube-controller-manager", "kwok"))
         d = cluster.workdir
@@ -119,6 +142,12 @@ def bench_cluster(profiling: bool = False) -> Iterator[LocalCluster]:
             False,
         )
         yield cluster
+
+
+def etcd_db_bytes(cluster: LocalCluster) -> int:
+    """The size of etcd's database file: the most it has held since its last defragmentation,
+    what its space quota (`--quota-backend-bytes`) is checked against."""
+    return (cluster.workdir / "etcd" / "member" / "snap" / "db").stat().st_size
 
 
 class PhaseTimeout(RuntimeError):

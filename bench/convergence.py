@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,13 +113,15 @@ async def idle(pid: int, progress: Progress, busy: float = 0.05, quiet: int = 2)
         last = now
 
 
-async def quiet_machine(n: int, busy: float = 0.5, quiet: int = 3) -> None:
+async def quiet_machine(
+    n: int, busy: float = 0.5, quiet: int = 3, limit: float | None = None
+) -> None:
     """Until the whole machine uses under `busy` of a core for `quiet` seconds in a row, at
-    most `quiet_deadline(n)` (then the run starts anyway, and says so): creating and deleting
-    N nodes leaves the controller manager, etcd and kwok busy for a while, and a run started
-    meanwhile measures their backlog, not the writer (at 5,000 nodes the second run's pool
-    took three times as long to create as the first's)."""
-    deadline = quiet_deadline(n)
+    most `limit` seconds (None: `quiet_deadline(n)`; then the run starts anyway, and says so):
+    creating and deleting N nodes leaves the controller manager, etcd and kwok busy for a
+    while, and a run started meanwhile measures their backlog, not the writer (at 5,000 nodes
+    the second run's pool took three times as long to create as the first's)."""
+    deadline = quiet_deadline(n) if limit is None else limit
     began, calm, last = time.monotonic(), 0, machine_cpu_seconds()
     while calm < quiet:
         await asyncio.sleep(1)
@@ -312,9 +314,10 @@ def free_port() -> int:
 
 class OperatorProcess:
     """`vgpu-operator run` as a subprocess, with its Kopf liveness endpoint (which reports the
-    reconciler's pass count) to tell when its first pass is over."""
+    reconciler's pass count) to tell when its first pass is over; `args` are more of its
+    arguments (bench/idle.py: the chart's leader election)."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, args: Sequence[str] = ()) -> None:
         self.port = free_port()
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
@@ -329,6 +332,7 @@ class OperatorProcess:
                 f"http://127.0.0.1:{self.port}/healthz",
                 "--concurrency",
                 str(CONCURRENCY),
+                *args,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -474,6 +478,17 @@ def converge_deadline(n: int) -> float:
     return 120 + n * 0.2
 
 
+def startup_deadline(n: int) -> float:
+    """Seconds for the operator to list N nodes and finish its first pass."""
+    return 300 + n * 0.03
+
+
+def idle_deadline(n: int) -> float:
+    """Seconds for the operator to go idle after its first pass (its configuration pass, the
+    rules and the pod listing may still run)."""
+    return 120 + n * 0.02
+
+
 @dataclass
 class Run:
     seconds: float
@@ -484,7 +499,9 @@ class Run:
     machine_cpu: float
 
 
-async def floor_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -> Run:
+async def floor_run(
+    api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, quiet_limit: float | None = None
+) -> Run:
     """The bare client's PATCHes over a pool of its own (created, timed, deleted). The client
     sends them as the operator's ServiceAccount (`kubeconfig`), so the apiserver runs the same
     RBAC and admission on them as on the operator's: the chart's ValidatingAdmissionPolicies
@@ -494,7 +511,7 @@ async def floor_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -
     pool, names = await make_pool(api, "floor", n)
     facts = [node_facts(x) for x in await pool_nodes(api, pool)]
     plans = plan_cluster(facts, [parse_policy(policy("floor", pool))]).patches
-    await quiet_machine(n)
+    await quiet_machine(n, limit=quiet_limit)
     offset = cluster.audit_offset()
     cpu0, machine0 = cpu_seconds(apiserver), machine_cpu_seconds()
     as_operator = await Credentials(kubeconfig=str(kubeconfig)).client(pool_size=CONCURRENCY + 8)
@@ -512,7 +529,9 @@ async def floor_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -
     return Run(seconds, began, writes, 0.0, api_cpu, machine)
 
 
-async def operator_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int) -> Run:
+async def operator_run(
+    api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, quiet_limit: float | None = None
+) -> Run:
     """`vgpu-operator run` over a pool of its own: started, idle, then the policy is created
     and timed; the operator is stopped and the pool deleted before the next run (no operator
     runs beside a floor run: the floor's nodes would look to it like a deleted policy's)."""
@@ -522,11 +541,17 @@ async def operator_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int
     try:
         # The initial listing of every node and the first pass (no writes) are
         # start-up, not convergence: over before the clock starts.
-        await phase(f"operator start-up over {n} nodes", 300, operator.wait_first_pass)
+        await phase(
+            f"operator start-up over {n} nodes", startup_deadline(n), operator.wait_first_pass
+        )
         # Its first configuration pass, the rules and the pod listing may still be running
         # after the first node pass: the clock starts once the operator is idle.
-        await phase(f"operator idle over {n} nodes", 120, lambda p: idle(operator.proc.pid, p))
-        await quiet_machine(n)
+        await phase(
+            f"operator idle over {n} nodes",
+            idle_deadline(n),
+            lambda p: idle(operator.proc.pid, p),
+        )
+        await quiet_machine(n, limit=quiet_limit)
         offset = cluster.audit_offset()
         profiler = profile(operator.proc.pid, n)
         cpu0, op0 = cpu_seconds(apiserver), tree_cpu_seconds(operator.proc.pid)
@@ -545,26 +570,53 @@ async def operator_run(api: Any, cluster: LocalCluster, kubeconfig: Path, n: int
         writes = node_patches(cluster, OPERATOR_USER, offset, names)
         log(f"operator over {n} nodes, other requests: {other_requests(cluster, offset, names)}")
     finally:
-        operator.stop()
-    await phase(f"deleting {n} operator nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names))
-    with contextlib.suppress(kubeapi.NotFound):
-        await kubeapi.request(api, "DELETE", kubeapi.policy_path(f"bench-{pool}"))
+        try:
+            # The pool and its policy go while the operator still runs: the policy's finalizer
+            # is the operator's to remove, and a policy left terminating would refuse the next
+            # run's policy of the same name (the same N run again).
+            await phase(
+                f"deleting {n} operator nodes", 60 + n * 0.1, lambda _: delete_nodes(api, names)
+            )
+            await phase(f"deleting policy bench-{pool}", 120, lambda _: delete_policy(api, pool))
+        finally:
+            operator.stop()
     return Run(seconds, began, writes, op_cpu, api_cpu, machine)
 
 
+async def delete_policy(api: Any, pool: str) -> None:
+    """Deletes the pool's policy and waits until it is gone (its finalizer removed)."""
+    path = kubeapi.policy_path(f"bench-{pool}")
+    with contextlib.suppress(kubeapi.NotFound):
+        await kubeapi.request(api, "DELETE", path)
+    while True:
+        try:
+            await kubeapi.request(api, "GET", path)
+        except kubeapi.NotFound:
+            return
+        await asyncio.sleep(0.5)
+
+
 async def convergence(
-    api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, operator_first: bool = False
+    api: Any,
+    cluster: LocalCluster,
+    kubeconfig: Path,
+    n: int,
+    operator_first: bool = False,
+    *,
+    quiet_limit: float | None = None,
 ) -> Convergence:
     """One floor run and one operator run over N nodes, one pool at a time (both runs have
     the same N nodes heartbeating). The second run of the two comes after N nodes were
     created and deleted (the controller manager and etcd still digesting them):
-    `operator_first` swaps the order, to show what the order costs."""
+    `operator_first` swaps the order, to show what the order costs. `quiet_limit`: the longest
+    wait for a quiet machine before each run (None: `quiet_deadline(n)`; the smoke test's
+    shared machine is never quiet)."""
     if operator_first:
-        op = await operator_run(api, cluster, kubeconfig, n)
-        floor = await floor_run(api, cluster, kubeconfig, n)
+        op = await operator_run(api, cluster, kubeconfig, n, quiet_limit)
+        floor = await floor_run(api, cluster, kubeconfig, n, quiet_limit)
     else:
-        floor = await floor_run(api, cluster, kubeconfig, n)
-        op = await operator_run(api, cluster, kubeconfig, n)
+        floor = await floor_run(api, cluster, kubeconfig, n, quiet_limit)
+        op = await operator_run(api, cluster, kubeconfig, n, quiet_limit)
     return Convergence(
         n,
         floor.seconds,

@@ -16,6 +16,7 @@ Usage: python bench/kopf_or_informer.py [N]   (default: 5000, so 50,000 pods)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,7 +38,8 @@ from benchkit import (
     phase,
     run,
 )
-from scale import PODS_PER_NODE, create_pods, grow_pool, namespace_ready, pods_running
+from scale import PODS_PER_NODE, populate
+from vgpu_devcluster.cluster import LocalCluster
 from vgpu_operator import kubeapi
 from vgpu_operator.kubeapi.credentials import Credentials
 
@@ -69,7 +71,9 @@ def spawn(args: list[str], errors: Any, env: dict[str, str]) -> subprocess.Popen
     )
 
 
-async def measure(kubeconfig: Path, workdir: Path, impl: str, kind: str, expect: int) -> Watcher:
+async def measure(
+    kubeconfig: Path, workdir: Path, impl: str, kind: str, expect: int, settle: float = SETTLE
+) -> Watcher:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     args = [sys.executable, str(Path(__file__).with_name("watch_kind.py"))]
     args += ["--impl", impl, "--kind", kind, "--expect", str(expect)]
@@ -97,7 +101,7 @@ async def measure(kubeconfig: Path, workdir: Path, impl: str, kind: str, expect:
                 kept = -1  # not held within LIMIT: the row says so, the other kinds still run
             seconds = time.monotonic() - began
             cpu = cpu_seconds(proc.pid)
-            await asyncio.sleep(SETTLE)
+            await asyncio.sleep(settle)
             rss, peak = memory(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -110,12 +114,15 @@ async def measure(kubeconfig: Path, workdir: Path, impl: str, kind: str, expect:
 
 
 async def named_objects(api: Any) -> None:
-    """The scheduler's ConfigMap, as the controller watches it by name, and one DaemonSet."""
+    """The scheduler's ConfigMap, as the controller watches it by name, and one DaemonSet (each
+    left as it is where it exists: a control plane shared with other benchmarks)."""
     namespace, name = CONFIGMAP
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    await kubeapi.request(api, "POST", "/api/v1/namespaces", body=ns)
+    with contextlib.suppress(kubeapi.Conflict):
+        await kubeapi.request(api, "POST", "/api/v1/namespaces", body=ns)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}}
-    await kubeapi.request(api, "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=cm)
+    with contextlib.suppress(kubeapi.Conflict):
+        await kubeapi.request(api, "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=cm)
     labels = {"app": "plugin"}
     ds = {
         "apiVersion": "apps/v1",
@@ -129,7 +136,9 @@ async def named_objects(api: Any) -> None:
             },
         },
     }
-    await kubeapi.request(api, "POST", f"/apis/apps/v1/namespaces/{namespace}/daemonsets", body=ds)
+    with contextlib.suppress(kubeapi.Conflict):
+        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        await kubeapi.request(api, "POST", path, body=ds)
 
 
 def table(rows: list[Watcher]) -> str:
@@ -146,6 +155,34 @@ def table(rows: list[Watcher]) -> str:
     return "\n".join(lines)
 
 
+async def watchers(
+    api: Any,
+    cluster: LocalCluster,
+    n: int,
+    *,
+    have_nodes: int = 0,
+    have_pods: int = 0,
+    settle: float = SETTLE,
+    rows: list[Watcher] | None = None,
+) -> list[Watcher]:
+    """The population grown to N nodes and 10 x N pods (bench/scale.py `populate`, from what
+    there is), the named objects, then each kind's two watchers, one after the other; each row
+    is appended to `rows` (given: what was measured stays there if a later one fails)."""
+    rows = [] if rows is None else rows
+    pods = n * PODS_PER_NODE
+    gpu_pods = sum(1 for i in range(pods) if i % 10 == 0)
+    await populate(api, n, have_nodes, have_pods)
+    await named_objects(api)
+    daemonsets = len((await kubeapi.request(api, "GET", "/apis/apps/v1/daemonsets"))["items"])
+    expected = {"nodes": n, "pods": gpu_pods, "daemonsets": daemonsets, "configmaps": 1}
+    for kind, expect in expected.items():
+        for impl in ("kopf", "informer"):
+            w = await measure(cluster.kubeconfig, cluster.workdir, impl, kind, expect, settle)
+            rows.append(w)
+            log(f"{kind} {impl}: {w}")
+    return rows
+
+
 async def main(n: int) -> None:
     log(f"machine: {machine()}")
     rows: list[Watcher] = []
@@ -156,24 +193,7 @@ async def main(n: int) -> None:
             admin = Credentials(kubeconfig=str(cluster.kubeconfig))
             api = await admin.client(pool_size=CONCURRENCY + 8)
             async with api:
-                await grow_pool(api, n, 0)
-                await phase("the pods' namespace", 60, lambda p: namespace_ready(api, p))
-                await phase(
-                    f"{pods} pods", 300 + pods * 0.05, lambda p: create_pods(api, 0, pods, n, p)
-                )
-                await phase(
-                    f"{pods} pods Running", 300 + pods * 0.02, lambda p: pods_running(api, pods, p)
-                )
-                await named_objects(api)
-                daemonsets = len(
-                    (await kubeapi.request(api, "GET", "/apis/apps/v1/daemonsets"))["items"]
-                )
-            expected = {"nodes": n, "pods": gpu_pods, "daemonsets": daemonsets, "configmaps": 1}
-            for kind, expect in expected.items():
-                for impl in ("kopf", "informer"):
-                    w = await measure(cluster.kubeconfig, cluster.workdir, impl, kind, expect)
-                    rows.append(w)
-                    log(f"{kind} {impl}: {w}")
+                await watchers(api, cluster, n, rows=rows)
     finally:
         print(f"\nMachine: {machine()}; N={n}, {pods:,} pods ({gpu_pods:,} holding GPUs)\n")
         print(table(rows), flush=True)

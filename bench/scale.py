@@ -15,9 +15,19 @@ Order: every convergence first (their pools are created and deleted: no pods aro
 the memory phases, growing one pool of nodes and pods to each N in turn. Node leases, deadlines
 and clean exits: bench/benchkit.py.
 
-Usage: python bench/scale.py [--both-orders] [N ...]   (default: 1000 5000)
-A size given more than once runs its convergence that many times (three runs in both orders:
-`--both-orders 1000 1000 1000 5000 5000 5000`) and its memory once.
+Usage: python bench/scale.py [--both-orders] [--etcd-quota-gib G] [--bare-kopf-max N] [N ...]
+(default sizes: 1000 5000). A size given more than once runs its convergence that many times
+(three runs in both orders: `--both-orders 1000 1000 1000 5000 5000 5000`) and its memory once.
+The bare Kopf operator is measured up to `--bare-kopf-max` nodes (default 5,000: at 50,000 pods
+it held 1.2 GiB, 1.9 GiB at its peak, beside the control plane on the same machine; issue 34
+leaves it optional at 10,000 nodes); beyond, its cell says it was not measured.
+
+etcd's space quota is 8 GiB here (`--etcd-quota-gib`; etcd's own default is 2 GiB and 8 GiB the
+most it recommends, etcd-io/etcd@v3.6.5:server/storage/quota.go): past its quota etcd refuses
+every write (`mvcc: database space exceeded`), and its database file only grows between
+defragmentations, so the pools of 10,000 nodes created and deleted by the convergence runs count
+as well as the 100,000 pods. A larger quota reserves nothing. The run prints the database
+file's size at its end (`etcd_db_bytes`), what a quota must hold.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from benchkit import (
     bench_cluster,
     create_nodes,
     die_with_parent,
+    etcd_db_bytes,
     log,
     machine,
     memory,
@@ -66,6 +77,8 @@ NAMESPACE = "bench-pods"
 POOL = "mem"
 PODS_PER_NODE = 10
 SETTLE = 5.0  # seconds after the listing is in, before memory is read
+ETCD_QUOTA_GIB = 8.0
+BARE_KOPF_MAX = 5000
 
 
 @dataclass
@@ -75,7 +88,7 @@ class Memory:
     gpu_pods: int
     operator: tuple[float, float]  # RSS, peak RSS (MiB)
     operator_tree: tuple[float, float]  # the same with its rules worker process
-    kopf: tuple[float, float]
+    kopf: tuple[float, float] | None  # None: not measured at this size (--bare-kopf-max)
 
 
 def workload_pod(i: int, nodes: int) -> dict[str, Any]:
@@ -239,22 +252,23 @@ class BareKopf:
         self._log.close()
 
 
-async def settled_memory(pid: int) -> tuple[float, float]:
-    await asyncio.sleep(SETTLE)
+async def settled_memory(pid: int, settle: float = SETTLE) -> tuple[float, float]:
+    await asyncio.sleep(settle)
     return memory(pid)
 
 
-async def settled_tree_memory(pid: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The process's memory and its tree's (with its children), read together after SETTLE."""
-    await asyncio.sleep(SETTLE)
+async def settled_tree_memory(
+    pid: int, settle: float = SETTLE
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The process's memory and its tree's (with its children), read together after `settle`."""
+    await asyncio.sleep(settle)
     return memory(pid), tree_memory(pid)
 
 
-async def memory_run(
-    api: Any, cluster: LocalCluster, kubeconfig: Path, n: int, have_nodes: int, have_pods: int
-) -> Memory:
+async def populate(api: Any, n: int, have_nodes: int, have_pods: int) -> None:
+    """The pool grown from `have_nodes` to N nodes and its pods from `have_pods` to 10 x N, all
+    Running (bench/doctor_scale.py measures over the same population)."""
     pods = n * PODS_PER_NODE
-    gpu_pods = sum(1 for i in range(pods) if i % 10 == 0)
     await grow_pool(api, n, have_nodes)
     await phase("the pods' namespace", 60, lambda progress: namespace_ready(api, progress))
     await phase(
@@ -264,16 +278,24 @@ async def memory_run(
     )
     await phase(f"{pods} pods Running", 300 + pods * 0.02, lambda p: pods_running(api, pods, p))
 
-    kopf = BareKopf(cluster.kubeconfig, cluster.workdir / "bench-bare-kopf.log")
-    try:
-        await phase(
-            f"bare Kopf listing {pods} pods",
-            300 + pods * 0.04,
-            lambda progress: kopf.wait_seen(pods - pods % 100, progress),
-        )
-        kopf_mem = await settled_memory(kopf.proc.pid)
-    finally:
-        kopf.stop()
+
+async def memory_run(
+    api: Any,
+    cluster: LocalCluster,
+    kubeconfig: Path,
+    n: int,
+    have_nodes: int,
+    have_pods: int,
+    *,
+    settle: float = SETTLE,
+    bare_kopf: bool = True,
+) -> Memory:
+    """The population grown to N (`populate`), then the bare Kopf operator's memory (unless not
+    `bare_kopf`) and the operator's, each `settle` seconds after it holds the pods."""
+    pods = n * PODS_PER_NODE
+    gpu_pods = sum(1 for i in range(pods) if i % 10 == 0)
+    await populate(api, n, have_nodes, have_pods)
+    kopf_mem = await bare_kopf_memory(cluster, pods, settle) if bare_kopf else None
 
     operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
     try:
@@ -290,10 +312,27 @@ async def memory_run(
                 progress,
             ),
         )
-        op_mem, op_tree = await settled_tree_memory(operator.proc.pid)
+        op_mem, op_tree = await settled_tree_memory(operator.proc.pid, settle)
     finally:
         operator.stop()
     return Memory(n, pods, gpu_pods, op_mem, op_tree, kopf_mem)
+
+
+async def bare_kopf_memory(cluster: LocalCluster, pods: int, settle: float) -> tuple[float, float]:
+    kopf = BareKopf(cluster.kubeconfig, cluster.workdir / "bench-bare-kopf.log")
+    try:
+        await phase(
+            f"bare Kopf listing {pods} pods",
+            300 + pods * 0.04,
+            lambda progress: kopf.wait_seen(pods - pods % 100, progress),
+        )
+        return await settled_memory(kopf.proc.pid, settle)
+    finally:
+        kopf.stop()
+
+
+def kopf_cell(m: Memory) -> str:
+    return f"{m.kopf[0]:.0f} ({m.kopf[1]:.0f})" if m.kopf else "not measured"
 
 
 def table(conv: dict[int, list[Convergence]], mem: dict[int, Memory]) -> str:
@@ -308,8 +347,7 @@ def table(conv: dict[int, list[Convergence]], mem: dict[int, Memory]) -> str:
         m = mem.get(n)
         mem_cells = (
             f"{m.pods:,} ({m.gpu_pods:,}) | {m.operator[0]:.0f} ({m.operator[1]:.0f}) | "
-            f"{m.operator_tree[0]:.0f} ({m.operator_tree[1]:.0f}) | "
-            f"{m.kopf[0]:.0f} ({m.kopf[1]:.0f})"
+            f"{m.operator_tree[0]:.0f} ({m.operator_tree[1]:.0f}) | {kopf_cell(m)}"
             if m
             else "not completed | | |"
         )
@@ -325,13 +363,42 @@ def table(conv: dict[int, list[Convergence]], mem: dict[int, Memory]) -> str:
     return "\n".join(lines)
 
 
-async def main(sizes: list[int], orders: list[bool]) -> None:
+@dataclass
+class Options:
+    etcd_quota_bytes: int
+    bare_kopf_max: int
+
+
+def options(argv: list[str]) -> tuple[Options, list[str]]:
+    """`--etcd-quota-gib G` and `--bare-kopf-max N` taken out of `argv`; the other arguments."""
+    rest = list(argv)
+
+    def take(flag: str, default: float) -> float:
+        if flag not in rest:
+            return default
+        at = rest.index(flag)
+        try:
+            value = float(rest[at + 1])
+        except (IndexError, ValueError):
+            raise SystemExit(f"{flag} needs a number, e.g. {flag} {default:g}") from None
+        del rest[at : at + 2]
+        return value
+
+    gib = take("--etcd-quota-gib", ETCD_QUOTA_GIB)
+    kopf_max = int(take("--bare-kopf-max", BARE_KOPF_MAX))
+    return Options(int(gib * 2**30), kopf_max), rest
+
+
+async def main(sizes: list[int], orders: list[bool], opts: Options) -> None:
+    etcd_quota_bytes = opts.etcd_quota_bytes
     log(f"machine: {machine()}")
     log(f"kwok node leases {LEASE_SECONDS}s, node-monitor-grace-period {GRACE}")
+    log(f"etcd quota {etcd_quota_bytes / 2**30:g} GiB")
     conv: dict[int, list[Convergence]] = {}
     mem: dict[int, Memory] = {}
+    etcd_db = "not read"
     try:
-        with bench_cluster() as cluster:
+        with bench_cluster(etcd_quota_bytes=etcd_quota_bytes) as cluster:
             admin = Credentials(kubeconfig=str(cluster.kubeconfig))
             api = await admin.client(pool_size=CONCURRENCY + 8)
             async with api:
@@ -346,20 +413,33 @@ async def main(sizes: list[int], orders: list[bool]) -> None:
                         print(row(c), flush=True)
                 have_nodes = have_pods = 0
                 for n in sorted(set(sizes)):  # memory once per size, growing one pool
-                    mem[n] = await memory_run(api, cluster, kubeconfig, n, have_nodes, have_pods)
+                    mem[n] = await memory_run(
+                        api,
+                        cluster,
+                        kubeconfig,
+                        n,
+                        have_nodes,
+                        have_pods,
+                        bare_kopf=n <= opts.bare_kopf_max,
+                    )
                     have_nodes, have_pods = n, n * PODS_PER_NODE
                     m = mem[n]
                     print(
                         f"memory N={n} pods={m.pods} gpu={m.gpu_pods}: operator "
                         f"{m.operator[0]:.0f} MiB (peak {m.operator[1]:.0f}; with its rules "
-                        f"worker {m.operator_tree[0]:.0f}), bare Kopf "
-                        f"{m.kopf[0]:.0f} MiB (peak {m.kopf[1]:.0f})",
+                        f"worker {m.operator_tree[0]:.0f}), bare Kopf RSS MiB (peak) "
+                        f"{kopf_cell(m)}",
                         flush=True,
                     )
+            etcd_db = f"{etcd_db_bytes(cluster) / 2**30:.2f} GiB"
     finally:
-        print(f"\nMachine: {machine()}; node leases {LEASE_SECONDS}s, grace {GRACE}\n")
+        print(
+            f"\nMachine: {machine()}; node leases {LEASE_SECONDS}s, grace {GRACE}, "
+            f"etcd quota {etcd_quota_bytes / 2**30:g} GiB, its database {etcd_db} at the end\n"
+        )
         print(table(conv, mem), flush=True)
 
 
 if __name__ == "__main__":
-    run(lambda: main(*sizes_and_orders(sys.argv[1:], [1000, 5000])))
+    opts, words = options(sys.argv[1:])
+    run(lambda: main(*sizes_and_orders(words, [1000, 5000]), opts))

@@ -36,6 +36,9 @@ from vgpu_devcluster.kubeconfigs import write_kubeconfig as write_kubeconfig
 # component's identity carries it, so every other write stays at Metadata: a test opts in for
 # one client of its own (`LocalCluster.request_audited_kubeconfig`).
 AUDIT_REQUEST_GROUP = "vgpu-devcluster:audit-request-bodies"
+# Every read of an identity in this group is logged too (level Metadata): the benchmarks give
+# it to a client whose reads they count (bench/doctor_scale.py: doctor's and its floor's).
+AUDIT_READS_GROUP = "vgpu-devcluster:audit-reads"
 
 AUDIT_POLICY = f"""\
 apiVersion: audit.k8s.io/v1
@@ -60,6 +63,9 @@ rules:
 - level: Metadata
   verbs: ["get", "list", "watch"]
   userGroups: ["system:serviceaccounts:vgpu-system"]
+- level: Metadata
+  verbs: ["get", "list", "watch"]
+  userGroups: ["{AUDIT_READS_GROUP}"]
 - level: None
 """
 
@@ -120,6 +126,9 @@ class LocalCluster:
     with_kwok: bool = True
     with_controller_manager: bool = True
     profiling: bool = False  # the apiserver's /debug/pprof (the bench reads its CPU profile)
+    # etcd's `--quota-backend-bytes` (0: etcd's default, 2 GiB, etcd-io/etcd@v3.6.5:
+    # server/storage/quota.go `DefaultQuotaBytes`); the benchmarks at 10,000 nodes need more.
+    etcd_quota_bytes: int = 0
     _apiserver_args: list[str] = field(default_factory=list, repr=False)
     _detach: bool = field(default=False, repr=False)
 
@@ -248,6 +257,7 @@ class LocalCluster:
                 f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
                 "--unsafe-no-fsync=true",
                 "--log-level=warn",
+                *([f"--quota-backend-bytes={q}"] if (q := self.etcd_quota_bytes) else []),
             ],
             detach,
         )

@@ -44,8 +44,8 @@ WORKLOAD_NAMESPACE, WORKLOAD_LABEL = "default", ("app", "dra-inference")
 async def wait_pinned(api: Any, namespace: str, name: str, timeout: float) -> None:
     """Until the operator has pinned HAMi's plugin DaemonSet to its own nodes (a nodeSelector on
     its placement label): nodes that join after it get no HAMi plugin pod, so HAMi never
-    registers a DRA node's GPUs (HAMi's manifest places its plugin on every node; a registration
-    it made there would stay, and rule dra-second-owner names it)."""
+    registers a DRA node's GPUs (HAMi's manifest places its plugin on every node; while it
+    serves a DRA node, rule dra-second-owner names it)."""
     path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
     deadline = time.monotonic() + timeout
     while True:

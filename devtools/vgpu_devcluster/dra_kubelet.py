@@ -22,8 +22,6 @@ as kubelet does for a plugin that has gone. It prepares nothing.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from typing import Any
 from vgpu_devcluster.dra_driver import PluginStartError
 from vgpu_devcluster.dra_publish import publish, withdraw
 from vgpu_devcluster.fakesmi_state import NodeState
+from vgpu_devcluster.passloop import PassLoop
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.snapshot import workload_path
 from vgpu_operator.models.config_dra import DEFAULT_PLUGIN_DAEMONSET, DEFAULT_PLUGIN_NAMESPACE
@@ -136,17 +135,18 @@ class KubeletPluginSimulator:
     published: dict[str, str] = field(default_factory=dict)  # node -> uid of the pod publishing
     seen: set[str] = field(default_factory=set)  # every node a plugin pod ran on
     failed: dict[str, str] = field(default_factory=dict)  # pod uid -> why it published nothing
-    _task: asyncio.Task[None] | None = None
+    _loop: PassLoop | None = None
 
     def start(self) -> KubeletPluginSimulator:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="dra-kubelet-sim")
+        self._loop = PassLoop(
+            self.sync, lambda: self.interval, "dra-kubelet-sim", log, "DRA kubelet plugin simulator"
+        )
+        self._loop.start()
         return self
 
     async def stop(self, *, withdraw_slices: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._loop is not None:
+            await self._loop.stop()
         if withdraw_slices:
             for node in sorted(self.published):
                 await withdraw(self.api, node)
@@ -157,16 +157,6 @@ class KubeletPluginSimulator:
 
     async def __aexit__(self, *_: object) -> None:
         await self.stop()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sync()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("DRA kubelet plugin simulator pass failed")
-            await asyncio.sleep(self.interval)
 
     async def running_pods(self) -> dict[str, str]:
         """node -> uid of the plugin pod Running there."""

@@ -33,6 +33,8 @@ PR #2603) and the conservative choices where those sources are silent:
 - Injected failures (`inject` in the state) print the real message of their class for the command
   at hand; `timeout` hangs like `hang`, whose `child`/`detached` modes leave a child holding the
   output pipe open. See fakesmi_state for every knob.
+- `FAKE_NVIDIA_SMI_LATENCY` makes each call take the seconds of its kind (fakesmi_latency), for
+  benchmarks; unset, every call answers at once.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from vgpu_devcluster.fakesmi_latency import SmiLatency
 from vgpu_devcluster.fakesmi_mig import (
     IN_USE,
     RC_INSUFFICIENT,
@@ -424,6 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not path or not os.path.exists(path):
         print(NO_DRIVER)
         return 9
+    try:
+        latency = SmiLatency.from_env()  # fakesmi_latency: the time a call stands for
+    except ValueError as exc:
+        print(f"fake nvidia-smi: {exc}", file=sys.stderr)
+        return 2
     line = " ".join(args)
     with locked(path):
         state = load(path)
@@ -441,6 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             res = Result(USAGE, 2)
         save(path, state)
         append_log(path, {"argv": args, "rc": res.rc, "effects": res.effects})
+    if latency is not None:
+        time.sleep(latency.of(args))
     if res.out:
         sys.stdout.write(res.out.rstrip("\n") + "\n")
     return res.rc

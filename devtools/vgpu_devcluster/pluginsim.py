@@ -19,14 +19,13 @@ plugin pod runs.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from vgpu_devcluster.fakeplugin import PluginRegistration, simulate_registration
+from vgpu_devcluster.passloop import PassLoop
 from vgpu_operator import kubeapi
 from vgpu_operator.core.volcano.render.plugin_args import PLUGIN_IMAGE_HINT
 from vgpu_operator.models.volcano import DEFAULT_DEVICE_CONFIG_NAME, PLUGIN_CM_NAMESPACES
@@ -58,27 +57,18 @@ class PluginSimulator:
     _done: set[str] = field(default_factory=set)
     # node -> (the plugin pod that registered it, the resources it registered)
     _serving: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
-    _task: asyncio.Task[None] | None = None
+    _loop: PassLoop | None = None
 
     def start(self) -> PluginSimulator:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="plugin-sim")
+        self._loop = PassLoop(
+            self.sync, lambda: self.interval, "plugin-sim", log, "plugin simulator"
+        )
+        self._loop.start()
         return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sync()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("plugin simulator pass failed")
-            await asyncio.sleep(self.interval)
+        if self._loop is not None:
+            await self._loop.stop()
 
     def registered(self, node: str) -> list[Registration]:
         return [r for r in self.registrations if r.node == node]
@@ -200,7 +190,7 @@ class PluginSimulator:
                 content_type=kubeapi.MERGE_PATCH,
                 field_manager=FIELD_MANAGER,
             )
-        except kubeapi.ApiException as exc:  # e.g. a resource name kubelet would refuse too
+        except kubeapi.ApiError as exc:  # e.g. a resource name kubelet would refuse too
             problem = f"kubelet would not register {sorted(reg.allocatable)}: {exc.status}"
             log.info("plugin pod on %s: %s", node, problem)
             return replace(reg, problem=problem)

@@ -28,29 +28,32 @@ from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.agentproc import wait_group_gone
 from vgpu_devcluster.install import AGENT_USER
 from vgpu_operator import contract
-from vgpu_operator.agent.nodeapi import KubeNodeApi
+from vgpu_operator.agent.nodeapi import KubeNodeApi, agent_client
 from vgpu_operator.kubeapi import (
     MERGE_PATCH,
-    ApiException,
+    ApiError,
     Listing,
     WatchEvent,
     node_path,
     policy_path,
     request,
 )
+from vgpu_operator.kubeapi.lite import LiteClient, load
+from vgpu_operator.kubeapi.source import Source
 
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
 
 
 @pytest.fixture
 async def agent_api(agent_kubeconfig_path: Path) -> Any:
-    api = await config.new_client_from_config(config_file=str(agent_kubeconfig_path))
-    async with api:
+    """The agent's own client (kubeapi.lite), as `vgpu-operator agent` makes it."""
+    settings = load(Source(kubeconfig=str(agent_kubeconfig_path)))
+    async with agent_client(settings, "test-watch") as api:
         yield api
 
 
 async def test_own_node_list_and_watch(
-    api: client.ApiClient, agent_api: client.ApiClient, make_nodes: NodeFactory
+    api: client.ApiClient, agent_api: LiteClient, make_nodes: NodeFactory
 ) -> None:
     """The agent's identity lists and watches its own Node only (the field selector), through
     the shared list-then-watch."""
@@ -102,7 +105,7 @@ async def test_the_agent_identity_cannot_touch_policies(
     # refusal is the probe's, not a call of the agent's (tests/cluster/test_rbac_audit.py).
     async with await config.new_client_from_config(config_file=str(kubeconfig)) as probe:
         probe.set_default_header("Impersonate-User", AGENT_USER)
-        with pytest.raises(ApiException) as err:
+        with pytest.raises(ApiError) as err:
             await request(probe, "GET", policy_path())
     assert err.value.status == 403
 

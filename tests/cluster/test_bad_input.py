@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -377,11 +378,13 @@ esac
 
 
 async def test_odd_nvidia_smi_output_still_ends_with_a_state_on_the_node(
-    api: client.ApiClient, make_nodes: NodeFactory, tmp_path: Any
+    api: client.ApiClient, kubeconfig: Path, make_nodes: NodeFactory, tmp_path: Any
 ) -> None:
     from vgpu_operator.agent.loop import Agent
-    from vgpu_operator.agent.nodeapi import KubeNodeApi
+    from vgpu_operator.agent.nodeapi import KubeNodeApi, agent_client
     from vgpu_operator.agent.smi import NvidiaSmi
+    from vgpu_operator.kubeapi.lite import load
+    from vgpu_operator.kubeapi.source import Source
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text(ODD_SMI)
@@ -396,7 +399,9 @@ async def test_odd_nvidia_smi_output_still_ends_with_a_state_on_the_node(
         content_type=kubeapi.MERGE_PATCH,
         field_manager=None,
     )
-    outcome = await Agent(KubeNodeApi(api, node), NvidiaSmi(str(smi), timeout=10)).act("start")
+    async with agent_client(load(Source(kubeconfig=str(kubeconfig))), node) as lite:
+        agent = Agent(KubeNodeApi(lite, node), NvidiaSmi(str(smi), timeout=10))
+        outcome = await agent.act("start")
     assert outcome is not None and outcome.state == "failed", outcome
     labels = await _labels(api, node)
     assert labels[contract.LABEL_STATE] == "failed"

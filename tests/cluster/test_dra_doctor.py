@@ -6,8 +6,10 @@
 - the driver's kubelet plugin not on a DRA node (its placement label missing there), and on a
   node that is not a DRA node (the label without the dra configuration);
 - a DRA node with no ResourceSlice (the plugin runs there and publishes nothing);
-- a second owner of a DRA node's GPUs: NVIDIA's device plugin (`nvidia.com/gpu` capacity) and
-  HAMi's plugin (its register annotation);
+- a second owner of a DRA node's GPUs: NVIDIA's device plugin (`nvidia.com/gpu` allocatable) and
+  HAMi's plugin (its register annotation and its resources, as its registration writes them:
+  vgpu_devcluster.fakeplugin, Project-HAMi/volcano-vgpu-device-plugin@v1.12.0); what a HAMi
+  plugin that has gone leaves behind (the annotation, its resources allocatable 0) is not one;
 - the feature gates a dynamic-mig DRA node needs that the API cannot show, listed as not
   observable in doctor's table, DynamicResourceAllocation proven on.
 
@@ -36,17 +38,18 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import eventually, unique
+from tests.kit.volcano_fixtures import MANIFEST, text
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.dra_kubelet import KubeletPluginSimulator, install_kubelet_plugin
 from vgpu_devcluster.dra_publish import CLASSES, install_device_classes, remove_device_classes
+from vgpu_devcluster.fakeplugin import simulate_registration
 from vgpu_devcluster.install import ensure_namespace
-from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
+from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes, gpu_node_manifest
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import workload_path
 from vgpu_operator.models.config_dra import DEFAULT_PLUGIN_DAEMONSET as DRA_DS
 from vgpu_operator.models.config_dra import DEFAULT_PLUGIN_NAMESPACE as DRA_NS
 from vgpu_operator.models.node import NodeConfig
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION
 
 pytestmark = pytest.mark.cluster
 
@@ -95,6 +98,38 @@ def spec(name: str, config: NodeConfig | None, *, placed: bool, nvidia: bool = F
     )
 
 
+async def register_hami(api: client.ApiClient, spec: NodeSpec, *, gone: bool) -> None:
+    """What HAMi's plugin pod writes when it starts on the node: its register annotation, and
+    through kubelet its resources, computed from the plugin manifest's device config as the
+    plugin reads it (vgpu_devcluster.fakeplugin, Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:
+    pkg/util/util.go `LoadNvidiaConfig`, pkg/rm/rm.go `AddGPUResource`: `resourceCountName`,
+    `resourceCoreName`, `resourceMemoryName`). `gone`: the plugin pod has left since, so kubelet
+    shows its resources allocatable 0 and the annotation stays (as vgpu_devcluster.pluginsim
+    withdraws them)."""
+    reg = simulate_registration(gpu_node_manifest(spec), None, text(MANIFEST))
+    assert reg.problem is None and reg.allocatable, reg
+    path = kubeapi.node_path(spec.name)
+    await kubeapi.request(
+        api,
+        "PATCH",
+        path,
+        body=reg.metadata_patch(),
+        content_type=kubeapi.MERGE_PATCH,
+        field_manager="volcano-device-plugin-sim",
+    )
+    status = reg.status_patch()
+    if gone:
+        status["status"]["allocatable"] = dict.fromkeys(reg.allocatable, "0")
+    await kubeapi.request(
+        api,
+        "PATCH",
+        f"{path}/status",
+        body=status,
+        content_type=kubeapi.MERGE_PATCH,
+        field_manager="volcano-device-plugin-sim",
+    )
+
+
 async def doctor(config: Path, kubeconfig: Path, output: str) -> tuple[int, str]:
     rules = [arg for rule in RULES for arg in ("--rule", rule)]
     proc = await asyncio.create_subprocess_exec(
@@ -130,20 +165,9 @@ async def broken(
         "not-dra": spec(f"{group}-not-dra", None, placed=True, nvidia=True),
         "nvidia": spec(f"{group}-nvidia", WHOLE, placed=True, nvidia=True),
         "hami": spec(f"{group}-hami", WHOLE, placed=True),
+        "hami-gone": spec(f"{group}-hami-gone", WHOLE, placed=True),
         "dynamic": spec(f"{group}-dynamic", DYNAMIC, placed=True),
     }
-    hami = roles["hami"]
-    roles["hami"] = NodeSpec(
-        hami.name,
-        hami.model,
-        hami.gpus,
-        labels=hami.labels,
-        annotations={
-            **hami.annotations,
-            REGISTER_ANNOTATION: "GPU-1,10,24576,NVIDIA-A30,true,hami-core:",
-        },
-        nvidia_device_plugin=False,
-    )
     names = {role: s.name for role, s in roles.items()}
     # what NVML shows on each node; the plugin on `no-slice` finds nothing it can publish
     states = {
@@ -156,6 +180,8 @@ async def broken(
     ds_path = workload_path("DaemonSet", DRA_NS, DRA_DS)
     try:
         await create_gpu_nodes(api, roles.values())
+        await register_hami(api, roles["hami"], gone=False)
+        await register_hami(api, roles["hami-gone"], gone=True)
         await install_device_classes(api)
         await kubeapi.request(api, "DELETE", f"{CLASSES}/mig.nvidia.com", field_manager=None)
         ds = await install_kubelet_plugin(api)
@@ -245,6 +271,14 @@ def test_hami_registration_on_a_dra_node_is_a_second_owner(broken: Broken) -> No
     [found] = broken.about("dra-second-owner", "hami")
     assert found["severity"] == "error"
     assert "HAMi's device plugin has registered them" in found["message"]
+    assert "volcano.sh/vgpu-number: 20" in found["message"]  # 2 GPUs split 10 ways
+
+
+def test_what_a_gone_hami_plugin_left_behind_is_no_second_owner(broken: Broken) -> None:
+    """Its register annotation stays, its resources are allocatable 0: nothing registers the
+    GPUs, and the node is as healthy as `ok`."""
+    for rule in RULES[:-1]:
+        assert broken.about(rule, "hami-gone") == [], rule
 
 
 def test_the_feature_gates_it_cannot_observe_are_listed(broken: Broken) -> None:

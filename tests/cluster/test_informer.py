@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 from tests.cluster.helpers import eventually
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change, Informer
-from vgpu_operator.kubeapi import MERGE_PATCH, Gone, WatchOptions, request
+from vgpu_operator.kubeapi import MERGE_PATCH, Gone, WatchOptions, reflector, request
 from vgpu_operator.kubeapi import watch as kwatch
 
 Events = list[tuple[str, str, str | None, str | None]]  # type, name, value, previous value
@@ -152,7 +152,7 @@ async def test_lists_again_when_its_version_is_gone_and_delivers_what_it_missed(
     await w.stop()  # what happens while the informer cannot watch: a change and a deletion
     await change(api, namespace, "cm-kept", "2")
     await delete(api, namespace, "cm-removed")
-    real_watch = kwatch._watch_once
+    real_watch = reflector._watch_once
     calls: list[str] = []
 
     def gone_once(api_: Any, path_: str, options: Any, version: str) -> Any:
@@ -162,7 +162,7 @@ async def test_lists_again_when_its_version_is_gone_and_delivers_what_it_missed(
         return real_watch(api_, path_, options, version)
 
     # The iterator resumes from the informer's last version: start it from there.
-    monkeypatch.setattr(kwatch, "_watch_once", gone_once)
+    monkeypatch.setattr(reflector, "_watch_once", gone_once)
     since = inf.resource_version
 
     async def resume() -> None:

@@ -16,8 +16,7 @@ from vgpu_operator import kubeapi
 from vgpu_operator.controller.informer import ADDED, DELETED, MODIFIED, Change
 from vgpu_operator.controller.pods import PodIndex
 from vgpu_operator.core.rollout.gpu_pods import gpu_resources
-from vgpu_operator.kubeapi import Gone, WatchOptions
-from vgpu_operator.kubeapi import watch as kwatch
+from vgpu_operator.kubeapi import Gone, WatchOptions, reflector
 from vgpu_operator.models.config import OperatorConfig
 
 Seen = list[tuple[str, str]]  # (type, namespace/name)
@@ -193,7 +192,7 @@ async def test_it_lists_again_on_410_and_delivers_what_it_missed(
         content_type=kubeapi.MERGE_PATCH,
         field_manager=None,
     )
-    real_watch = kwatch._watch_once
+    real_watch = reflector._watch_once
     calls: list[str] = []
 
     def gone_once(api_: Any, path_: str, options: Any, version: str) -> Any:
@@ -202,7 +201,7 @@ async def test_it_lists_again_on_410_and_delivers_what_it_missed(
             raise Gone(410, "too old resource version")
         return real_watch(api_, path_, options, version)
 
-    monkeypatch.setattr(kwatch, "_watch_once", gone_once)
+    monkeypatch.setattr(reflector, "_watch_once", gone_once)
     since = inf.resource_version
 
     async def resume() -> None:

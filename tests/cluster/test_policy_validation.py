@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.rest import ApiException
 
 from tests.cluster.helpers import ClusterUnderTest, PolicyFactory, eventually, unique
 from tests.kit.invalid_specs import INVALID_SPECS, InvalidSpec
@@ -21,7 +20,7 @@ from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_devcluster.nodes import NodeSpec, create_gpu_nodes
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.kubeapi import NotFound, node_path, policy_path, request
+from vgpu_operator.kubeapi import ApiError, NotFound, node_path, policy_path, request
 
 BY_APISERVER = [s for s in INVALID_SPECS if s.by_apiserver]
 BY_OPERATOR = [s for s in INVALID_SPECS if not s.by_apiserver]
@@ -46,7 +45,7 @@ def test_the_catalogue_meets_the_must_show() -> None:
 async def test_apiserver_rejects_with_the_field(
     api: client.ApiClient, installed: object, case: InvalidSpec
 ) -> None:
-    with pytest.raises(ApiException) as err:
+    with pytest.raises(ApiError) as err:
         await request(
             api,
             "POST",

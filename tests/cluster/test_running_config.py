@@ -32,7 +32,6 @@ from vgpu_devcluster import binaries
 from vgpu_devcluster.install import apply, chart_dir
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.snapshot import configmap_path
-from vgpu_operator.kubeapi.credentials import Credentials
 
 pytestmark = pytest.mark.cluster
 
@@ -85,11 +84,12 @@ async def plan_json(kubeconfig: Path, *args: str) -> tuple[dict[str, Any], str]:
     return json.loads(out), err
 
 
+# the CRD (`plan` lists the live policies) and the chart's accounts; their credentials unused
+@pytest.mark.usefixtures("installed")
 async def test_doctor_and_plan_use_the_running_operators_configuration(
     api: client.ApiClient,
     kubeconfig: Path,
     namespace: str,
-    installed: Credentials,
     make_nodes: NodeFactory,
     tmp_path: Path,
 ) -> None:

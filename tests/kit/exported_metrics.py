@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -16,6 +16,7 @@ from prometheus_client.metrics import MetricWrapperBase
 import vgpu_operator
 from vgpu_devcluster.install import VAP_API, render_chart
 from vgpu_devcluster.monitoring_tools import UPSTREAM_METRICS
+from vgpu_operator import exposition
 
 # The series names each metric type exposes (prometheus_client's text exposition; `_created`
 # only with its default created samples).
@@ -46,21 +47,36 @@ class ExportedMetric:
 def exported_metrics() -> dict[str, ExportedMetric]:
     """Series name (`vgpu_operator_reconciliations_total`, `..._bucket`) -> its metric, for
     every metric defined in a module of the `vgpu_operator` package (each module imported)."""
-    holders: dict[int, tuple[MetricWrapperBase, set[str]]] = {}
+    holders: dict[int, tuple[MetricWrapperBase | exposition.Metric, set[str]]] = {}
     for info in pkgutil.walk_packages(vgpu_operator.__path__, "vgpu_operator."):
         module = importlib.import_module(info.name)
         for value in vars(module).values():
-            if isinstance(value, MetricWrapperBase):
+            if isinstance(value, MetricWrapperBase | exposition.Metric):
                 holders.setdefault(id(value), (value, set()))[1].add(info.name)
     found: dict[str, ExportedMetric] = {}
     for value, modules in holders.values():
-        [described] = value.describe()
-        # prometheus_client keeps the label names only on the wrapper (no public accessor)
-        labels = frozenset(value._labelnames)
-        metric = ExportedMetric(described.name, described.type, labels, frozenset(modules))
+        if isinstance(value, exposition.Metric):
+            # the node agent's own exposition (vgpu_operator/exposition.py): a counter's name
+            # is declared with its _total
+            family, kind, labels = (
+                value.name.removesuffix("_total") if value.type == "counter" else value.name,
+                value.type,
+                frozenset(value.labelnames),
+            )
+        else:
+            [described] = value.describe()
+            # prometheus_client keeps the label names only on the wrapper (no public accessor)
+            family, kind, labels = described.name, described.type, frozenset(value._labelnames)
+        metric = ExportedMetric(family, kind, labels, frozenset(modules))
         for name in metric.series:
-            assert name not in found, f"{name} is exported twice"
-            found[name] = metric
+            seen = found.get(name)
+            # the API client's metrics are defined once per client: the controller's on
+            # prometheus_client, the agent's (kubeapi/lite) on its own exposition; the same
+            # series in both must mean the same
+            assert seen is None or (seen.kind, seen.labels) == (kind, labels), (
+                f"{name} is exported twice, as {seen} and as {metric}"
+            )
+            found[name] = metric if seen is None else replace(seen, modules=seen.modules | modules)
     return found
 
 

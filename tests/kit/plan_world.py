@@ -90,6 +90,15 @@ A100_POOL = {
 }
 
 
+# What `plan` prints for the live policy of `a100_cluster` as it is: nothing to change, and
+# (always) what a vgpu-memory request means under CONFIG's factor (core.volcano.memory_unit).
+NOTHING_TO_DO = (
+    "Plan for a100-pool:\n  nothing would change.\n\nNotes:\n  volcano.sh/vgpu-memory: a request "
+    "of N means N x 11 MiB (gpuMemoryFactor 11, from ConfigMap "
+    "kube-system/volcano-vgpu-device-config)\n"
+)
+
+
 def a100_cluster() -> tuple[ClusterSnapshot, dict[str, Any]]:
     """Three A100 nodes in a hami-core pool, converged at NOW; two run GPU pods and every one
     its plugin pod, started after the configuration (plan at LATER)."""

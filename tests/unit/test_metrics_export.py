@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
 from vgpu_operator import contract
 from vgpu_operator.agent import metrics as agent_metrics
@@ -21,6 +22,16 @@ from vgpu_operator.models.node import NodeConfig
 
 def _value(name: str, **labels: str) -> float | None:
     return REGISTRY.get_sample_value(name, labels)
+
+
+def _agent_value(name: str, **labels: str) -> float | None:
+    """A sample of the agent's /metrics page (its own registry, vgpu_operator.exposition), read
+    with prometheus_client's parser."""
+    for family in text_string_to_metric_families(agent_metrics.page().body.decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
 
 
 def test_node_gauges_are_replaced_as_a_whole() -> None:
@@ -90,7 +101,7 @@ def test_state_and_transition_of_a_node() -> None:
 
 
 def _calls(outcome: str) -> float:
-    return _value("vgpu_operator_agent_nvidia_smi_calls_total", outcome=outcome) or 0.0
+    return _agent_value("vgpu_operator_agent_nvidia_smi_calls_total", outcome=outcome) or 0.0
 
 
 @pytest.mark.parametrize(
@@ -106,7 +117,7 @@ def test_every_nvidia_smi_call_is_counted_by_outcome(
     binary: str, args: tuple[str, ...], outcome: str
 ) -> None:
     before = _calls(outcome)
-    timeouts = _value("vgpu_operator_agent_nvidia_smi_timeouts_total") or 0.0
+    timeouts = _agent_value("vgpu_operator_agent_nvidia_smi_timeouts_total") or 0.0
     smi = NvidiaSmi(binary, timeout=0.3, kill_grace=2)
     if outcome == "ok":
         asyncio.run(smi.run(*args))
@@ -115,7 +126,7 @@ def test_every_nvidia_smi_call_is_counted_by_outcome(
             asyncio.run(smi.run(*args))
     assert _calls(outcome) == before + 1
     expected = timeouts + (1 if outcome == "timeout" else 0)
-    assert _value("vgpu_operator_agent_nvidia_smi_timeouts_total") == expected
+    assert _agent_value("vgpu_operator_agent_nvidia_smi_timeouts_total") == expected
 
 
 def test_an_action_exports_its_outcome_and_the_hardware() -> None:
@@ -142,25 +153,28 @@ def test_an_action_exports_its_outcome_and_the_hardware() -> None:
             ]
         }
     )
-    before = _value("vgpu_operator_agent_mig_applies_total", state="success", reason="Applied") or 0
+    before = (
+        _agent_value("vgpu_operator_agent_mig_applies_total", state="success", reason="Applied")
+        or 0
+    )
     outcome = Outcome("success", Reason.APPLIED, "", inventory=inventory)
     agent_metrics.action_done(outcome.state, outcome.event_reason, 2.0, outcome.inventory)
     assert (
-        _value("vgpu_operator_agent_mig_applies_total", state="success", reason="Applied")
+        _agent_value("vgpu_operator_agent_mig_applies_total", state="success", reason="Applied")
         == before + 1
     )
-    assert _value("vgpu_operator_agent_state", state="success") == 1
-    assert _value("vgpu_operator_agent_state", state="failed") == 0
+    assert _agent_value("vgpu_operator_agent_state", state="success") == 1
+    assert _agent_value("vgpu_operator_agent_state", state="failed") == 0
     name = "NVIDIA A100-SXM4-80GB"
-    assert _value("vgpu_operator_agent_gpus", model=name, mig_mode="enabled") == 1
-    assert _value("vgpu_operator_agent_gpus", model=name, mig_mode="disabled") == 1
-    assert _value("vgpu_operator_agent_mig_instances", gpu="0", profile="3g.40gb") == 1
+    assert _agent_value("vgpu_operator_agent_gpus", model=name, mig_mode="enabled") == 1
+    assert _agent_value("vgpu_operator_agent_gpus", model=name, mig_mode="disabled") == 1
+    assert _agent_value("vgpu_operator_agent_mig_instances", gpu="0", profile="3g.40gb") == 1
     failed = Outcome("failed", Reason.TIMEOUT, "no answer")
     agent_metrics.action_done(failed.state, failed.event_reason, 60.0, failed.inventory)
-    assert _value("vgpu_operator_agent_state", state="failed") == 1
+    assert _agent_value("vgpu_operator_agent_state", state="failed") == 1
     assert (
-        _value("vgpu_operator_agent_mig_applies_total", state="failed", reason="Timeout")
+        _agent_value("vgpu_operator_agent_mig_applies_total", state="failed", reason="Timeout")
         is not None
     )
     # the hardware could not be read: the last read stays
-    assert _value("vgpu_operator_agent_mig_instances", gpu="0", profile="3g.40gb") == 1
+    assert _agent_value("vgpu_operator_agent_mig_instances", gpu="0", profile="3g.40gb") == 1

@@ -210,7 +210,7 @@ def test_the_floor_check_fails_when_models_reach_into_core() -> None:
 def test_the_floor_check_fails_when_core_reaches_into_the_seam_or_the_shells() -> None:
     sources = package_sources()
     for line, target in [
-        ("from vgpu_operator.kubeapi import request", "kubeapi.request"),
+        ("from vgpu_operator.kubeapi import request", "kubeapi"),
         ("from vgpu_operator.controller.app import start", "controller.app"),
         ("import vgpu_operator.agent.loop", "agent.loop"),
     ]:

@@ -7,11 +7,13 @@
 
 `--node` defaults to $NODE_NAME (the downward API in the DaemonSet), `--nvidia-smi` to
 $VGPU_NVIDIA_SMI or `nvidia-smi` on PATH, credentials to the kubeconfig, $KUBECONFIG or the
-in-cluster ServiceAccount. `--metrics-port` serves Prometheus metrics (agent.metrics) on
-all addresses. Before anything is destroyed or reset, the kubelet's PodResources API on
-`--pod-resources-socket` (default /var/lib/kubelet/pod-resources/kubelet.sock; empty: not
-asked, compute processes only) says which pods hold the GPU (agent.kubelet). `--once` acts
-once, reports, and exits 0 on `success` (1 otherwise).
+in-cluster ServiceAccount (the agent's own client, kubeapi.lite: a kubeconfig's token, tokenFile
+or client certificate; no exec plugin). `--metrics-port` serves Prometheus metrics
+(agent.metrics) at /metrics on all addresses. Before anything is destroyed or reset, the
+kubelet's PodResources API on `--pod-resources-socket` (default
+/var/lib/kubelet/pod-resources/kubelet.sock; empty: not asked, compute processes only) says
+which pods hold the GPU (agent.kubelet). `--once` acts once, reports, and exits 0 on `success`
+(1 otherwise).
 SIGTERM/SIGINT: finish the action under way, then exit 0; a second signal cancels it.
 """
 
@@ -96,10 +98,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if not args.node:
         print(f"vgpu-operator agent: no node name (--node or ${ENV_NODE})", file=sys.stderr)
         return 2
-    from vgpu_operator.kubeapi.credentials import CredentialsError, resolve
+    from vgpu_operator.kubeapi.lite import load
+    from vgpu_operator.kubeapi.source import CredentialsError, resolve
 
     try:  # loaded once now: a missing or broken kubeconfig is one line and exit code 3
-        asyncio.run(resolve(args.kubeconfig, args.context).configuration())
+        load(resolve(args.kubeconfig, args.context))
     except CredentialsError as exc:
         print(f"vgpu-operator agent: cannot reach the cluster: {exc}", file=sys.stderr)
         return 3
@@ -115,34 +118,28 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 async def run_agent(args: argparse.Namespace) -> int:
-    from vgpu_operator import health
+    from vgpu_operator import endpoints, health
     from vgpu_operator.agent.kubelet import PodResourcesGuard
     from vgpu_operator.agent.loop import Agent, AgentOptions
-    from vgpu_operator.agent.nodeapi import KubeNodeApi
+    from vgpu_operator.agent.nodeapi import KubeNodeApi, agent_client
     from vgpu_operator.agent.smi import NvidiaSmi
-    from vgpu_operator.kubeapi import AuthHealth
-    from vgpu_operator.kubeapi.credentials import resolve
+    from vgpu_operator.kubeapi.lite import load
+    from vgpu_operator.kubeapi.source import resolve
 
-    credentials = resolve(args.kubeconfig, args.context)
+    settings = load(resolve(args.kubeconfig, args.context))
     guard = None
     if args.pod_resources_socket:
         guard = PodResourcesGuard(args.pod_resources_socket, args.pod_resources_timeout)
     options = AgentOptions(resync=args.resync, retry=args.retry, guard=guard)
     driver = NvidiaSmi(args.nvidia_smi, timeout=args.timeout)
-    api = await credentials.client(
-        pool_size=4,
-        user_agent=f"vgpu-operator-agent/{args.node}",
-        auth=AuthHealth(bound=args.auth_bound),
-    )
-    health_server = None
+    api = agent_client(settings, args.node, auth_bound=args.auth_bound)
+    servers: list[endpoints.Server] = []
     if args.metrics_port and not args.once:
-        from prometheus_client import start_http_server
+        from vgpu_operator.agent import metrics
 
-        from vgpu_operator.agent import metrics  # noqa: F401  (registers the agent's metrics)
-
-        start_http_server(args.metrics_port)
+        servers.append(await endpoints.serve("0.0.0.0", args.metrics_port, metrics.ROUTES))
     if args.liveness and not args.once:
-        health_server = await health.serve(args.liveness, {"credentials": api.auth.problem})
+        servers.append(await health.serve(args.liveness, {"credentials": api.auth.problem}))
     async with api:
         agent = Agent(KubeNodeApi(api, args.node), driver, options)
         if args.once:
@@ -164,8 +161,8 @@ async def run_agent(args: argparse.Namespace) -> int:
             logging.getLogger("vgpu_operator.agent").warning("stopped during an action")
             return 1
         finally:
-            if health_server is not None:
-                await health_server.cleanup()
+            for server in servers:
+                await server.cleanup()
         return 0
 
 

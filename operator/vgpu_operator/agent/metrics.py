@@ -8,12 +8,18 @@ the pod's node name into a `node` label).
 - every action (agent.loop): its duration and its outcome by state and reason;
 - the GPUs as the action's last read of the hardware left them (MIG mode per GPU, the GPU and
   compute instances by profile) and the state the node was reported in.
+
+Beside them the scrape has the API client's (`kubeapi.lite`: failed requests, refused
+credentials, watch restarts) and the process's own (`exposition_process`: resident memory, CPU
+time). Written by `vgpu_operator.exposition` in the text format 0.0.4 (no prometheus_client: the
+agent runs on every GPU node, bench/agent_cost.py), served by `vgpu_operator.endpoints`.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
-
+from vgpu_operator import exposition_process
+from vgpu_operator.endpoints import Answer
+from vgpu_operator.exposition import CONTENT_TYPE, REGISTRY, Counter, Gauge, Histogram
 from vgpu_operator.models.inventory import Inventory
 
 SMI_OUTCOMES = ("ok", "error", "timeout", "stuck", "not_run")
@@ -65,6 +71,8 @@ MIG_INSTANCES = Gauge(
     ["gpu", "profile"],
 )
 
+exposition_process.install(REGISTRY)
+
 for _outcome in SMI_OUTCOMES:  # every series from the start: rate() and the alerts see 0
     SMI_CALLS.labels(outcome=_outcome)
 for _state in STATES:
@@ -113,3 +121,11 @@ def _mig_mode(unhealthy: str | None, current: bool | None, pending: bool | None)
     if pending is not None and pending != current:
         return "pending"
     return "enabled" if current else "disabled"
+
+
+def page() -> Answer:
+    """GET /metrics: every family of the registry (these, the API client's, the process's)."""
+    return Answer(200, CONTENT_TYPE, REGISTRY.render())
+
+
+ROUTES = {"/metrics": page}

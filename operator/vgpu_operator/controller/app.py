@@ -3,18 +3,18 @@
     Settings (frozen: credentials, options, operator config), Kopf's policy index
       -> start(): one API client, one Event poster; the informers (kubeapi.list_watch: Nodes,
                   the pod index of the pods holding GPU resources, the claim index of the
-                  ResourceClaims' drivers, DaemonSets, the named ConfigMaps and the scheduler
-                  Deployment) and the read-only cache they fill (`controller.cache`); the
-                  configuration state; the policy reconciler (with its node and status writers
-                  and the rollout), the configuration reconciler, the unschedulable pod
-                  warnings; their tasks
+                  ResourceClaims' drivers and unallocated requests, DaemonSets, the named
+                  ConfigMaps and the scheduler Deployment) and the read-only cache they fill
+                  (`controller.cache`); the configuration state; the policy reconciler (with
+                  its node and status writers and the rollout), the configuration reconciler,
+                  the unschedulable pod warnings; their tasks
       -> Controller.stop()
 
 Kopf (controller.handlers) calls `start` from its start-up handler, once this replica leads
 (controller.leader), and `stop` from its clean-up; its policy handlers call `policy_changed`,
 `policy_gone` and `release`. The callbacks here only turn events (a watch event, the end of a
-configuration pass) into requests for work (and a pending GPU pod into its fit check); the
-reconcilers do the rest.
+configuration pass) into requests for work (and a pending GPU or claim pod into its fit check);
+the reconcilers do the rest.
 """
 
 from __future__ import annotations
@@ -101,7 +101,9 @@ class Controller:
         self.cache = self.watches(config, index, configuring)
         # What the configuration reconciler's passes publish (None: it does not run).
         self.configuration = ConfigurationState() if configuring else None
-        self.unschedulable = UnschedulableWarnings(self.events, fresh=self.snapshot_fresh)
+        self.unschedulable = UnschedulableWarnings(
+            self.events, fresh=self.snapshot_fresh, claims=self.cache.claims.asks
+        )
         readings = PluginReadings(self.configuration, enforced=config.mode == "enforce")
         self.reconciler = Reconciler(
             api,
@@ -147,7 +149,7 @@ class Controller:
             ),
             policies=policies,
             pods=PodIndex(api, gpu_resources(config), self.pod_event),
-            claims=ClaimIndex(api),
+            claims=ClaimIndex(api, on_ask=self.claim_event),
             daemonsets=(
                 Informer(
                     api,
@@ -218,6 +220,7 @@ class Controller:
         """A configuration pass published `snapshot` (and its findings)."""
         if findings_changed:
             self.reconciler.request_full()  # the policies' ConfigConsistent condition
+        self.reconciler.configuration_published(snapshot)  # which policies are refused
         pods = self.cache.pods
         pods.snapshot_taken(snapshot)  # NVIDIA's device plugin's renamed resources
         try:
@@ -261,6 +264,11 @@ class Controller:
     async def pod_event(self, change: Change[Obj]) -> None:
         """A GPU pod came, changed or went: a pending one gets its fit check."""
         await self.unschedulable.pod_changed(change)
+
+    async def claim_event(self, key: str) -> None:
+        """A ResourceClaim not yet allocated came or changed: the pending pods holding it get
+        their fit check again."""
+        await self.unschedulable.claim_changed(key, self.cache.pods.unbound())
 
     async def named_event(self, change: Change[str]) -> None:
         """A configured ConfigMap or the scheduler Deployment came, changed or went."""

@@ -37,8 +37,9 @@ from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.nodes.step import NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
-from vgpu_operator.core.refusals import refuse_policies
+from vgpu_operator.core.refusals import AscendScheduler, refusal_scheduler, refuse_policies
 from vgpu_operator.core.rollout.leave import plan_with_leaves
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.waiting import run_passes
 
@@ -76,8 +77,9 @@ class Reconciler:
     """The policy reconciler: reads the cache, plans, and writes through its `node_writer` and
     `status_writer`. `rollout` (`controller.rollout`): safe transitions (None releases every
     change at once); `configuration`: what the configuration reconciler publishes (None: none
-    runs), for the policies' ConfigConsistent condition. In observe mode no rollout acts and no
-    node is written: an `Observer` reports what enforce would do."""
+    runs), for the policies' ConfigConsistent condition and the scheduler the refusals read
+    (`core.refusals`). In observe mode no rollout acts and no node is written: an `Observer`
+    reports what enforce would do."""
 
     def __init__(
         self,
@@ -129,6 +131,8 @@ class Reconciler:
         self._status_scheduled = False
         self._steps: Mapping[str, NodeStep] | None = None  # the rollout's steps of the pass
         self._held: Mapping[str, str] = {}  # leaving nodes not released yet
+        self._configuration = configuration
+        self._refused_with: AscendScheduler | None = None  # the scheduler the last pass read
 
     @property
     def idle(self) -> asyncio.Event:
@@ -143,6 +147,21 @@ class Reconciler:
     def request_nodes(self, names: Iterable[str]) -> None:
         self._nodes.update(names)
         self._wake.set()
+
+    def configuration_published(self, snapshot: ClusterSnapshot) -> bool:
+        """A configuration pass published `snapshot`: a full pass (True) when what the refusals
+        read of the scheduler (its version, the global soft-slicing switch) is not what the last
+        pass planned with."""
+        changed = refusal_scheduler(snapshot) != self._refused_with
+        if changed:
+            self.request_full()
+        return changed
+
+    def _refusal_scheduler(self) -> AscendScheduler | None:
+        """The scheduler as the last configuration pass read it (None: no pass yet, or no
+        configuration reconciler runs: nothing is refused for the scheduler's version)."""
+        state = self._configuration
+        return refusal_scheduler(state.snapshot if state is not None else None)
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -174,9 +193,15 @@ class Reconciler:
         start = time.monotonic()
         nodes, policies = self.cache.snapshot()
         self.node_writer.overlay(nodes)
+        scheduler = self._refusal_scheduler()
         parsed = refuse_policies(  # as `plan` refuses them
-            (p.parsed for p in policies.values()), self.cache.config, self.cache.plugin_values()
+            (p.parsed for p in policies.values()),
+            self.cache.config,
+            self.cache.plugin_values(),
+            nodes=nodes.values(),
+            scheduler=scheduler,
         )
+        self._refused_with = scheduler
         self.status_writer.warn_refused(parsed, policies)
         paced = self.rollout.decide(nodes, parsed) if self.rollout is not None else None
         self._steps = paced.steps if paced is not None else None

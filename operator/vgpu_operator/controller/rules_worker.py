@@ -10,17 +10,17 @@ writes, the other reconciler and the liveness endpoint go on meanwhile.
 
 `run_rules(snapshot)` is the drop-in for `core.rules.run_rules` in the shell (the configuration
 reconciler, `doctor`): same arguments, same `RuleResults`. One worker serves the process (a lock
-orders the callers); it is a fresh interpreter (`python -m vgpu_operator.controller.rules_worker`:
+orders the callers); it is a fresh interpreter (`python -m vgpu_operator.controller.rules_process`:
 a fork of a process running threads may inherit a held lock, and multiprocessing's spawn would
 run the caller's main module again) speaking pickles over two pipes, and keeps running between
-passes, so only the first pass and the one after a kill pay for its start.
+passes, so only the first pass and the one after a kill pay for its start. Its module
+(`controller.rules_process`) imports the rules and none of this one's asyncio and subprocess:
+the worker holds only what the rules need.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import importlib
 import logging
 import os
 import subprocess
@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
+from vgpu_operator.controller import rules_process
+from vgpu_operator.controller.rules_process import MODULES, Duplex
 from vgpu_operator.core.rules.base import (
     RULES,
     SEVERITY_ORDER,
@@ -44,50 +45,8 @@ log = logging.getLogger("vgpu_operator.rules")
 
 RULE_DEADLINE = 10.0  # seconds one rule may take
 PASS_BUDGET = 30.0  # seconds all rules of one pass may take together
-MODULES = ("vgpu_operator.core.rules",)  # imported by the worker: registers the rules
 _POLL = 0.25  # the waiting thread looks at `closing` this often
-
-
-def _worker_main(conn: Any, modules: Sequence[str]) -> None:
-    """The worker: import the rules, then for each (snapshot, rule ids) received answer with
-    ("rules", [(id, title)]) and one (id, findings) per rule, in order."""
-    for module in modules:
-        importlib.import_module(module)
-    from vgpu_operator.core.rules import base
-
-    while True:
-        try:
-            snapshot, only = conn.recv()
-        except (EOFError, OSError):
-            return
-        chosen = [r for r in base.RULES.values() if only is None or r.id in only]
-        conn.send(("rules", [(r.id, r.title) for r in chosen]))
-        for r in chosen:
-            conn.send((r.id, base.run_rules(snapshot, only=[r.id]).findings))
-        # Between passes the worker holds nothing: a snapshot of 5,000 nodes and their GPU pods
-        # is about 20 MiB, freed here rather than when the next one arrives.
-        del snapshot, chosen
-        gc.collect()
-
-
-class _Duplex:
-    """A reading and a writing Connection over two pipes, used as one."""
-
-    def __init__(self, reader: Connection, writer: Connection) -> None:
-        self.reader, self.writer = reader, writer
-
-    def send(self, obj: Any) -> None:
-        self.writer.send(obj)
-
-    def recv(self) -> Any:
-        return self.reader.recv()
-
-    def poll(self, timeout: float) -> bool:
-        return self.reader.poll(timeout)
-
-    def close(self) -> None:
-        self.reader.close()
-        self.writer.close()
+WORKER_MAIN = rules_process.__name__  # the module the worker runs (`python -m`)
 
 
 def _not_here(snapshot: ClusterSnapshot) -> Iterable[Any]:
@@ -122,11 +81,11 @@ class RulesWorker:
         self.kills = 0  # workers killed at a deadline (or found dead) so far
         self.closing = False
         self._process: subprocess.Popen[bytes] | None = None
-        self._conn: _Duplex | None = None
+        self._conn: Duplex | None = None
         self._lock = threading.Lock()
 
     # -- the process ------------------------------------------------------------------------
-    def _start(self) -> _Duplex:
+    def _start(self) -> Duplex:
         if self._conn is not None and self._process is not None and self._process.poll() is None:
             return self._conn
         self._stop_process()
@@ -138,7 +97,7 @@ class RulesWorker:
                 [
                     sys.executable,
                     "-m",
-                    __name__,
+                    WORKER_MAIN,
                     str(to_child),
                     str(from_child),
                     *self.modules,
@@ -152,9 +111,7 @@ class RulesWorker:
             os.close(to_child)
             os.close(from_child)
         self._process = process
-        self._conn = _Duplex(
-            Connection(to_parent, writable=False), Connection(from_parent, readable=False)
-        )
+        self._conn = Duplex.of(to_parent, from_parent)
         return self._conn
 
     def _stop_process(self) -> None:
@@ -180,7 +137,7 @@ class RulesWorker:
         return self._process.pid if self._process is not None else None
 
     # -- one pass ---------------------------------------------------------------------------
-    def _wait(self, conn: _Duplex, seconds: float) -> bool:
+    def _wait(self, conn: Duplex, seconds: float) -> bool:
         """Whether an answer came within `seconds` (False also when closing)."""
         end = time.monotonic() + seconds
         while not self.closing:
@@ -273,16 +230,3 @@ def shared() -> RulesWorker:
 async def run_rules(snapshot: ClusterSnapshot, only: Iterable[str] | None = None) -> RuleResults:
     """`core.rules.run_rules`, in the worker process, waited for off the event loop."""
     return await asyncio.to_thread(shared().run, snapshot, only)
-
-
-def main(argv: Sequence[str]) -> int:
-    """The worker process: `python -m vgpu_operator.controller.rules_worker READ_FD WRITE_FD
-    [MODULE ...]`."""
-    reader, writer = int(argv[0]), int(argv[1])
-    conn = _Duplex(Connection(reader, writable=False), Connection(writer, readable=False))
-    _worker_main(conn, argv[2:] or MODULES)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

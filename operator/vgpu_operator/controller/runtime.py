@@ -21,8 +21,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from aiohttp import web
-
 from vgpu_operator import health, kubeapi
 from vgpu_operator.controller.admission_guard import AdmissionGuard
 from vgpu_operator.controller.app import Controller, Settings, start
@@ -56,7 +54,7 @@ class Runtime:
     _switching: asyncio.Lock = field(default_factory=asyncio.Lock)
     _writes: bool = False  # the running controller writes (False: started as in observe mode)
     _lease_api: kubeapi.Client | None = None
-    _health: web.AppRunner | None = None
+    _health: health.Server | None = None
 
     async def serve_health(self) -> None:
         """The one liveness endpoint of the process, a standby's too (Kopf's own probes start

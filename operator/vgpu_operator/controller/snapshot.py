@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from vgpu_operator import kubeapi
 from vgpu_operator.core.dra.driver import RESOURCE_API as DRA_API
 from vgpu_operator.core.dra.observed import DraApi
+from vgpu_operator.core.dra.unschedulable import claim_ask
 from vgpu_operator.core.rollout.gpu_pods import (
     compact_meta,
     compact_pod,
@@ -277,13 +278,18 @@ async def read_dra_api(api: client.ApiClient, config: OperatorConfig) -> DraApi 
 
 
 def compact_claim(claim: Mapping[str, Any]) -> Obj:
-    """What is read of a ResourceClaim: its identity and its allocation's drivers."""
+    """What is read of a ResourceClaim: its identity and its allocation's drivers, and while it
+    is not allocated its requests (`core.dra.unschedulable.claim_ask`: the never-fit checks)."""
     meta = claim.get("metadata") or {}
     drivers = sorted(claim_drivers(claim))
-    return {
+    out: Obj = {
         "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
         "status": {"allocation": {"devices": {"results": [{"driver": d} for d in drivers]}}},
     }
+    ask = claim_ask(claim)
+    if ask is not None:
+        out["spec"] = ask
+    return out
 
 
 async def read_claims(api: client.ApiClient) -> ClaimDrivers | None:

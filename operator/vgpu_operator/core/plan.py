@@ -15,7 +15,9 @@ order, each on the state the previous one leaves:
    (`core.volcano.writes.plan_writes`): the ConfigMaps (with unified diffs), the DaemonSet
    patches and the restarts, each with its body and, for what waits, when it falls due;
 4. the findings of every rule on that state (`core.rules.run_rules`) against those of now: what
-   would appear and what would go.
+   would appear and what would go;
+5. what a `volcano.sh/vgpu-memory` request of N then means in MiB, always
+   (`core.volcano.memory_unit`).
 Writes are computed as in `enforce` mode; in `report` mode the operator writes only the nodes,
 and the plan says so.
 """
@@ -34,11 +36,12 @@ from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
 from vgpu_operator.core.nodes.planner import plan_cluster
 from vgpu_operator.core.nodes.validate import ParsedPolicy
-from vgpu_operator.core.refusals import refuse_policies
+from vgpu_operator.core.refusals import refusal_scheduler, refuse_policies
 from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout.leave import plan_with_leaves
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.rules.base import Finding
+from vgpu_operator.core.volcano.memory_unit import plugin_memory_unit
 from vgpu_operator.core.volcano.plugin_refusal import snapshot_plugin_values
 from vgpu_operator.core.volcano.restarts import RestartSettings
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, name_of
@@ -145,7 +148,14 @@ def plan(
     (`core.rollout.gpu_pods.gpu_pod_of`, `core.volcano.restarts.restart_inputs`). The
     Volcano/HAMi writes are enforce's own write plan (`core.volcano.writes.plan_writes`) for
     that pass, given the restarts so far (`ledger`; none for a process that made none)."""
-    as_planned = refuse_policies(policies, s.config, snapshot_plugin_values(s))  # as controller
+    facts = [node_facts(n) for n in s.nodes]
+    as_planned = refuse_policies(  # as the controller refuses them
+        policies,
+        s.config,
+        snapshot_plugin_values(s),
+        nodes=facts,
+        scheduler=refusal_scheduler(s),
+    )
     parsed = {p.name: p for p in as_planned}
     notes: list[str] = []
     for p in parsed.values():
@@ -155,7 +165,6 @@ def plan(
         elif p.refused:
             refused = "; ".join(x.describe() for x in p.refused)
             notes.append(f"policy {p.name}: the change is refused (its nodes are held): {refused}")
-    facts = [node_facts(n) for n in s.nodes]
     pods = rollout_pods(s)
     decision = _decide(s, facts, parsed.values(), now, pods)
     cluster = plan_with_leaves(
@@ -213,6 +222,8 @@ def plan(
         after = writes.after or after
     else:
         notes.append("mode: report: the operator writes only the nodes; doctor names the rest")
+    # the unit of every pod's vgpu-memory request once the writes are made, said always
+    notes.append(plugin_memory_unit(after).line(after.config.resource_names.memory))
     before_findings = {_key(f): f for f in run_rules(s).findings}
     after_findings = {_key(f): f for f in run_rules(after).findings}
     return Plan(

@@ -12,7 +12,14 @@ reason. The refusals, each adding its problems to those before it:
    unknown);
 2. a node label or taint key the operator config's `policyKeys` does not list
    (`core.nodes.policy_keys`);
-3. a dra pool the installation of NVIDIA's DRA driver cannot serve (`core.nodes.dra_pools`).
+3. a dra pool the installation of NVIDIA's DRA driver cannot serve (`core.nodes.dra_pools`);
+4. an ascend-vnpu pool that would turn on hami-vnpu-core soft slicing where it cannot run: a
+   scheduler older than Volcano 1.16 or a node it owns that is not arm64
+   (`core.volcano.soft_slicing`; `scheduler` None, or a version not known: nothing is refused
+   for the version, and the rule `ascend-soft-slicing` warns).
+
+What each refusal reads of the cluster is handed in here, by every caller alike: the plugin's
+values, the nodes, the scheduler (`refusal_scheduler` of the snapshot the caller plans with).
 
 A policy being deleted, or invalid, is never refused: its nodes leave as any deletion's do.
 """
@@ -23,21 +30,40 @@ from collections.abc import Iterable
 
 from vgpu_operator.core.nodes.adoption import with_on_delete_default
 from vgpu_operator.core.nodes.dra_pools import refuse_unservable_dra
+from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.policy_keys import refuse_unlisted
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues, refuse_ignored
+from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.soft_slicing import (
+    AscendScheduler,
+    ascend_scheduler,
+    refuse_soft_slicing,
+)
 from vgpu_operator.models.config import OperatorConfig
 
-__all__ = ["refuse_policies"]
+__all__ = ["AscendScheduler", "refusal_scheduler", "refuse_policies"]
+
+
+def refusal_scheduler(s: ClusterSnapshot | None) -> AscendScheduler | None:
+    """What the refusals read of the scheduler, from a snapshot (None: none read yet)."""
+    return ascend_scheduler(s) if s is not None else None
 
 
 def refuse_policies(
-    policies: Iterable[ParsedPolicy], config: OperatorConfig, plugin: PluginNodeValues | None
+    policies: Iterable[ParsedPolicy],
+    config: OperatorConfig,
+    plugin: PluginNodeValues | None,
+    *,
+    nodes: Iterable[NodeFacts],
+    scheduler: AscendScheduler | None,
 ) -> list[ParsedPolicy]:
     """The policies as a pass plans with them under the operator config `config`, with the
     configured device plugin's values `plugin` (`core.volcano.plugin_refusal.plugin_node_values`
-    of the DaemonSet as the caller reads it)."""
+    of the DaemonSet as the caller reads it), every Node's facts `nodes` and the scheduler
+    `scheduler` (`refusal_scheduler`)."""
     defaulted = with_on_delete_default(policies, config.on_delete)
     checked = refuse_ignored(defaulted, plugin)
     listed = refuse_unlisted(checked, config.policy_keys)
-    return refuse_unservable_dra(listed, config.dra)
+    served = refuse_unservable_dra(listed, config.dra)
+    return refuse_soft_slicing(served, scheduler, nodes)

@@ -1,8 +1,8 @@
 """Credentials: every kubeconfig kubectl accepts, or the in-cluster ServiceAccount; renewed.
 
-Where they come from, in controller-runtime's order: `--kubeconfig` (one path, or several
-separated by ':' as in $KUBECONFIG), then $KUBECONFIG, then the in-cluster ServiceAccount (when
-the token file and `KUBERNETES_SERVICE_HOST` are there), then `~/.kube/config`. The loading is
+Where they come from is decided in `kubeapi.source` (controller-runtime's order, shared with the
+node agent's `kubeapi.lite`): `--kubeconfig`, $KUBECONFIG, the in-cluster ServiceAccount, then
+`~/.kube/config`. The loading is
 kubernetes-asyncio's own (`config.load_kube_config`, `InClusterConfigLoader`): CA file or inline
 data, client certificate and key (file or data), token, `tokenFile`, `exec` plugins (token or
 client certificate), `--context`, several files merged. An exec plugin gets `exec_timeout`
@@ -25,54 +25,52 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.config import kube_config
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
+from vgpu_operator.kubeapi import source
+from vgpu_operator.kubeapi.aio import AuthHealth, Client
 from vgpu_operator.kubeapi.exec_plugin import EXEC_TIMEOUT, exec_timeout, install_bounds
-from vgpu_operator.kubeapi.request import AuthHealth, Client
+from vgpu_operator.kubeapi.source import (
+    ENV_SA_DIR,
+    SA_DIR,
+    TOKEN_FILE_PERIOD,
+    CredentialsError,
+    Source,
+    any_exists,
+    service_env,
+)
 
 if TYPE_CHECKING:
     import kopf
 
+__all__ = [
+    "ENV_SA_DIR",
+    "SA_DIR",
+    "TOKEN_FILE_PERIOD",
+    "Credentials",
+    "CredentialsError",
+    "add_connection_arguments",
+    "disable_env_lookups",
+    "resolve",
+]
+
 log = logging.getLogger("vgpu_operator.kubeapi")
-# The ServiceAccount directory a pod gets; VGPU_SERVICEACCOUNT_DIR points elsewhere (tests).
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-ENV_SA_DIR = "VGPU_SERVICEACCOUNT_DIR"
-TOKEN_FILE_PERIOD = 60.0  # seconds between reads of a token file (client-go: one minute)
 EXEC_EARLY = 60.0  # run an exec plugin again this long before its token expires
 
 
-class CredentialsError(RuntimeError):
-    """No usable credentials: says where it looked and what was missing."""
-
-
 @dataclass(frozen=True)
-class Credentials:
-    """Where the credentials come from; `client()` and `configuration()` load them."""
+class Credentials(Source):
+    """Where the credentials come from (`kubeapi.source`); `client()` and `configuration()`
+    load them."""
 
-    kubeconfig: str | None = None  # path(s), ':'-separated; None: in-cluster
-    context: str | None = None
-    sa_dir: Path = SA_DIR
-    environ: dict[str, str] = field(default_factory=dict)  # KUBERNETES_SERVICE_HOST/PORT
     exec_timeout: float = EXEC_TIMEOUT  # seconds an exec plugin may take (kubeapi.exec_plugin)
-
-    @property
-    def in_cluster(self) -> bool:
-        return self.kubeconfig is None
-
-    def describe(self) -> str:
-        if self.in_cluster:
-            return f"in-cluster ServiceAccount ({self.sa_dir})"
-        ctx = f", context {self.context}" if self.context else ""
-        return f"kubeconfig {self.kubeconfig}{ctx}"
 
     # -- loading ----------------------------------------------------------------------------
     async def configuration(self) -> client.Configuration:
@@ -83,7 +81,7 @@ class Credentials:
 
     async def _load_into(self, cfg: client.Configuration) -> Renewal:
         if self.in_cluster:
-            host, port = _service_env(self.environ)
+            host, port = service_env(self.environ)
             in_cluster = InClusterConfigLoader(
                 token_filename=str(self.sa_dir / "token"),
                 cert_filename=str(self.sa_dir / "ca.crt"),
@@ -96,7 +94,7 @@ class Credentials:
                 raise CredentialsError(f"{self.describe()}: {exc}") from exc
             _trim_token(cfg)
             return Renewal(self, token_file=True, expires=None)
-        if not _any_exists(self.kubeconfig or ""):
+        if not any_exists(self.kubeconfig or ""):
             raise CredentialsError(f"{self.describe()}: no such file")
         install_bounds()
         try:
@@ -221,24 +219,9 @@ def resolve(
     *,
     environ: dict[str, str] | None = None,
 ) -> Credentials:
-    """Which credentials to use, in controller-runtime's order (see the module docstring)."""
-    env = dict(os.environ if environ is None else environ)
-    sa_dir = Path(env.get(ENV_SA_DIR) or SA_DIR)
-    names = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
-    service: dict[str, str] = {k: env[k] for k in names if k in env}
-    if kubeconfig:
-        return Credentials(kubeconfig=kubeconfig, context=context)
-    if env.get("KUBECONFIG"):
-        return Credentials(kubeconfig=env["KUBECONFIG"], context=context)
-    if (sa_dir / "token").exists() and service.get("KUBERNETES_SERVICE_HOST"):
-        return Credentials(kubeconfig=None, sa_dir=sa_dir, environ=service)
-    default = Path(env.get("HOME") or Path.home()) / ".kube" / "config"
-    if default.exists():
-        return Credentials(kubeconfig=str(default), context=context)
-    raise CredentialsError(
-        "no credentials: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run in a "
-        f"pod with a ServiceAccount token ({sa_dir}/token) and KUBERNETES_SERVICE_HOST"
-    )
+    """Which credentials to use, in controller-runtime's order (`kubeapi.source.resolve`)."""
+    found = source.resolve(kubeconfig, context, environ=environ)
+    return Credentials(found.kubeconfig, found.context, found.sa_dir, found.environ)
 
 
 def disable_env_lookups(api: client.ApiClient) -> None:
@@ -252,19 +235,6 @@ def disable_env_lookups(api: client.ApiClient) -> None:
     if not hasattr(session, "_trust_env"):
         raise RuntimeError("kubernetes-asyncio's session changed: review disable_env_lookups")
     session._trust_env = False
-
-
-def _any_exists(paths: str) -> bool:
-    """Whether any of the ':'-separated kubeconfig paths exists (the library only warns)."""
-    return any(Path(x).expanduser().exists() for x in paths.split(os.pathsep) if x)
-
-
-def _service_env(environ: dict[str, str]) -> tuple[str, str]:
-    host = environ.get("KUBERNETES_SERVICE_HOST") or ""
-    port = environ.get("KUBERNETES_SERVICE_PORT") or "443"
-    if not host:
-        raise CredentialsError("in-cluster: KUBERNETES_SERVICE_HOST is not set")
-    return host, port
 
 
 def _trim_token(cfg: client.Configuration) -> None:

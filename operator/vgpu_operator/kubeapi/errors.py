@@ -1,14 +1,16 @@
 """The API's errors as one tree, mapped from the HTTP status in one table.
 
-    ApiError (status, reason, message, path; a kubernetes_asyncio ApiException too)
+    ApiError (status, reason, message, path, body, response_headers)
       NotFound 404  Conflict 409  Gone 410  Unauthorized 401  Forbidden 403
       Invalid 422 (and 400)  TooManyRequests 429 (retry_after)  ServerError 5xx
       Unreachable (no HTTP answer: refused, reset, timed out; status 0)
 
-Every call through `kubeapi` raises these and nothing else from the API side, so callers catch
-by meaning (`except kubeapi.Conflict`) instead of comparing status codes. `ApiError` derives from
-kubernetes_asyncio's `ApiException`, so code that catches the library's exception still works.
-`message` is the apiserver's own `Status.message` when the body has one (what `kubectl` prints).
+Every call through `kubeapi` (and the node agent's `kubeapi.lite` client) raises these and
+nothing else from the API side, so callers catch by meaning (`except kubeapi.Conflict`) instead of
+comparing status codes. The tree imports nothing but the standard library, so both clients share
+it; kubernetes-asyncio's own `ApiException` comes only from its typed API classes, never from
+`kubeapi`. `message` is the apiserver's own `Status.message` when the body has one (what
+`kubectl` prints).
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client.rest import ApiException
-
 __all__ = [
+    "API_ERRORS_HELP",
+    "API_ERRORS_NAME",
     "RETRY_AFTER_CAP",
     "ApiError",
-    "ApiException",
     "Conflict",
     "Forbidden",
     "Gone",
@@ -44,8 +45,12 @@ MESSAGE_LIMIT = 1024  # of the apiserver's message, as kept for logs and status
 # own cap (core.backoff), so an honest long Retry-After still counts.
 RETRY_AFTER_CAP = 600.0
 
+# Each client counts its failed requests under this name (kubeapi.request, kubeapi.lite).
+API_ERRORS_NAME = "vgpu_operator_api_errors_total"
+API_ERRORS_HELP = "Kubernetes API requests that failed, by HTTP status (0: no answer) and verb"
 
-class ApiError(ApiException):
+
+class ApiError(Exception):
     """An answer from the apiserver that is not a success, or no answer at all."""
 
     def __init__(
@@ -57,10 +62,12 @@ class ApiError(ApiException):
         body: str = "",
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(status=status, reason=reason)
+        super().__init__(status, reason)
+        self.status = status
+        self.reason = reason
         # The decoded text (a metav1.Status as JSON, usually): what callers search for the
-        # field an apiserver refused; the library's own ApiException keeps the raw body.
-        self.body = body  # type: ignore[assignment]
+        # field an apiserver refused.
+        self.body = body
         self.response_headers: dict[str, str] = dict(headers or {})
         self.path = path
         self.message = status_message(body) or reason or f"HTTP {status}"

@@ -4,6 +4,9 @@ Kopf's `kopf.event()` only works inside Kopf's handler context; the reconcilers 
 as their own tasks, so they post Events themselves. Cluster-scoped objects (Nodes, policies) get
 their Events in `default`, where `kubectl describe` looks for them; namespaced ones in their
 namespace. Posting never blocks or fails the caller: errors are logged.
+
+`event_body` and `events_path` import nothing but the standard library (the node agent posts
+through `kubeapi.lite`); `EventPoster` posts through `kubeapi.request`.
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ import logging
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from kubernetes_asyncio import client
-
-from vgpu_operator.kubeapi.request import request
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client
 
 log = logging.getLogger("vgpu_operator.events")
 
@@ -105,6 +107,8 @@ class EventPoster:
         task.add_done_callback(self._tasks.discard)
 
     async def post(self, body: Mapping[str, Any]) -> None:
+        from vgpu_operator.kubeapi.aio import request  # the controller's client (docstring)
+
         async with self._sem:
             try:
                 await request(

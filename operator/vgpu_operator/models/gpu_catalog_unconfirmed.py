@@ -7,10 +7,11 @@ mig-parted's configs), and the rows of real `nvidia-smi mig -lgip` listings. `un
 what no source shows. No figure here is estimated: a profile no listing shows has no memory.
 
 Such a row is not a models.gpu_catalog row on purpose, so nothing treats it as hardware: a static
-MIG layout on these GPUs is checked and placed from the node agent's own `-lgip`/`-lgipp` only
-(core.nodes.validate.gpu_model and core.mig.layout find no catalog model; the agent turns MIG on
-first and plans the instances from the driver's listing, core.mig.partition's two phases); the
-agent never fills in profiles from a row here (agent.observe); knownMigGeometries gets an entry for
+MIG layout on these GPUs (or on any GPU without a models.gpu_catalog row) is refused for the node
+(core.nodes.validate, `static_refusal`: what would confirm the model), as nothing could check it;
+the node agent's planner finds no catalog model either (core.mig.layout; it would turn MIG on
+first and plan from the driver's listing, core.mig.partition's two phases); the agent never
+fills in profiles from a row here (agent.observe); knownMigGeometries gets an entry for
 such a GPU from an operator-config entry or an agent's report of the driver's listing
 (`fromInventory`, after core.volcano.geometry's sanity and shadowing checks, with the memory of
 that report, core.volcano.mig_memory), never from a built-in entry that matches it (another GPU's
@@ -21,6 +22,7 @@ show the memory of every profile and the placements.
 
 from __future__ import annotations
 
+import re
 from typing import Final, NamedTuple
 
 MIG_PARTED_CONFIG: Final = "NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml"
@@ -356,3 +358,32 @@ UNCONFIRMED_GPUS: Final[dict[str, UnconfirmedGpu]] = {
 def unconfirmed_names() -> set[str]:
     """The NVML names of the rows here (those no source gives are left out)."""
     return {g.nvml_name for g in UNCONFIRMED_GPUS.values() if g.nvml_name}
+
+
+def row_for_product(product: str) -> UnconfirmedGpu | None:
+    """The row of a GPU as GPU Feature Discovery's `nvidia.com/gpu.product` names it (NVML's
+    name, spaces as dashes; a `-MIG-...` or `-SHARED` suffix dropped); None: none here."""
+    base = re.sub(r"-(MIG-.*|SHARED)$", "", product)
+    for g in UNCONFIRMED_GPUS.values():
+        if g.nvml_name and g.nvml_name.replace(" ", "-") == base:
+            return g
+    return None
+
+
+def static_refusal(product: str | None) -> str:
+    """Why a static MIG layout is refused on a node whose GPU GFD names `product` (None: no
+    label) when models.gpu_catalog has no row of it, and what would confirm one."""
+    row = row_for_product(product) if product else None
+    what = (
+        "has no nvidia.com/gpu.product label (its GPU model is not known)"
+        if product is None
+        else f"has {product}, whose catalog row is not confirmed ({row.unconfirmed})"
+        if row is not None
+        else f"has {product}, a GPU model the catalog does not know"
+    )
+    return (
+        f"{what}: a static MIG layout is refused on a GPU without a confirmed catalog row. A "
+        "cited `nvidia-smi mig -lgip`/`-lgipp` listing or NVIDIA's MIG user guide table "
+        f"({MIG_GUIDE_TABLES}) showing every profile's memory and placements confirms one (a "
+        "row of models/gpu_catalog.py)"
+    )

@@ -16,17 +16,29 @@ import contextlib, io, json, sys
 from vgpu_operator.commands import cli
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     cli.main(["agent", "--help"])
-from vgpu_operator import health
+from vgpu_operator import endpoints, health
 from vgpu_operator.agent import kubelet, loop, metrics, nodeapi, smi
-from vgpu_operator.kubeapi import credentials
-print(json.dumps(sorted(sys.modules)))
+from vgpu_operator.kubeapi import lite, source
+# vgpu_operator puts lazy placeholders for kubernetes-asyncio's client packages in sys.modules
+# (vgpu_operator.lazy_client): names only, the library is not imported through them here
+print(json.dumps(sorted(m for m, v in sys.modules.items() if type(v).__name__ != "LazyPackage")))
 """
 # Never needed by an idle agent: the controller's frame and core, the CLI's other subcommands,
-# the kubelet's gRPC (its PodResources call is a subprocess of its own, agent/podresources_call.py).
+# the kubelet's gRPC (its PodResources call is a subprocess of its own, agent/podresources_call.py),
+# the controller's API client and its web and metrics libraries (the agent's own are kubeapi.lite,
+# vgpu_operator.endpoints and vgpu_operator.exposition), PyYAML (a kubeconfig in YAML loads it;
+# in its pod the agent reads none).
 NOT_LOADED = (
     "kopf",
     "grpc",
     "ruamel",
+    "aiohttp",
+    "kubernetes_asyncio",
+    "prometheus_client",
+    "yaml",
+    "vgpu_operator.kubeapi.aio",
+    "vgpu_operator.kubeapi.watch",
+    "vgpu_operator.kubeapi.credentials",
     "vgpu_operator.controller",
     "vgpu_operator.core.rules",
     "vgpu_operator.core.volcano",

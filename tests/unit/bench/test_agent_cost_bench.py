@@ -1,8 +1,9 @@
 """Smoke test of bench/agent_cost.py at a tiny size: one GPU, a one-second idle window, one
 interpreter per import row, against the benchmark's own local stand-in for the apiserver (no
 cluster). It checks that the run completes and prints its table, not what it measures, except
-what must hold on any machine: every process holds memory, and neither grpc nor Kopf is in the
-agent's import set."""
+what must hold on any machine: every process holds memory, and neither grpc, Kopf, aiohttp,
+kubernetes-asyncio, prometheus_client nor PyYAML is in the agent's import set (its own client,
+server and metrics are the standard library's, kubeapi.lite)."""
 
 from __future__ import annotations
 
@@ -37,5 +38,12 @@ def test_agent_cost_runs_at_a_tiny_size() -> None:
         assert float(rows[label][0]) > 5, (label, rows[label])  # RSS MiB
     assert rows["grpc (grpcio)"][-1] == "grpc: no"
     assert rows["kopf"][-1] == "kopf: no"
+    assert rows["aiohttp"][-1] == "aiohttp: no"
+    assert rows["prometheus_client"][-1] == "prometheus_client: no"
+    assert rows["yaml (PyYAML)"][-1] == "yaml: no"
+    assert (
+        "kubernetes_asyncio: no"
+        in rows["kubernetes_asyncio (its own `__init__`: every API class and model)"][-1]
+    )
     assert float(rows["the agent's import set (this checkout)"][1]) > 0
     assert "grpc's extension (cygrpc) mapped in: none" in table

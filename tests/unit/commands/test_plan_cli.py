@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit.nodekit import policy
-from tests.kit.plan_world import A100_POOL, LATER, a100_cluster
+from tests.kit.plan_world import A100_POOL, LATER, NOTHING_TO_DO, a100_cluster
 from vgpu_operator.commands import plan as plan_cli
 from vgpu_operator.core.plan import plan
 
@@ -97,7 +97,7 @@ def test_nothing_to_do_says_so() -> None:
     policies, names = plan_cli.planned_policies([live], "a100-pool", [])
     p = plan(steady, policies, LATER)
     assert not p.changes
-    assert plan_cli.format_text(p, names) == "Plan for a100-pool:\n  nothing would change.\n"
+    assert plan_cli.format_text(p, names) == NOTHING_TO_DO  # and the unit of a request
 
 
 def test_name_or_file_is_required(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.kit.drakit import SELECTOR, kubelet_plugin_daemonset
-from tests.kit.plan_world import ASCEND, CONFIG, LATER, a100_cluster
+from tests.kit.plan_world import ASCEND, CONFIG, LATER, NOTHING_TO_DO, a100_cluster
 from tests.kit.snapshot_wire import kubeconfig, serve_cluster
 from tests.kit.volcano_fixtures import gpu_node, pod
 from tests.kit.wire import Wire, serve
@@ -243,7 +243,7 @@ def test_the_offline_plan_is_the_plan_of_the_snapshot(
 
     # the live policy as it is: nothing would change, exit 0
     code, out, _ = run_plan(["--snapshot", path, "a100-pool"], capsys)
-    assert (code, out) == (exitcodes.OK, "Plan for a100-pool:\n  nothing would change.\n")
+    assert (code, out) == (exitcodes.OK, NOTHING_TO_DO)
     code, _, err = run_plan(["--snapshot", path, "absent"], capsys)
     assert code == exitcodes.USAGE and "no VGPUNodePolicy 'absent' in the cluster" in err
 
@@ -278,7 +278,7 @@ def test_config_makes_a_snapshot_of_an_older_configuration_usable(
     assert code == exitcodes.USAGE and "give the configuration with --config FILE" in err
     config = write(tmp_path, "config.yaml", "gpuMemoryFactor: 11\n")
     code, out, err = run_plan(["--snapshot", str(path), "a100-pool", "--config", config], capsys)
-    assert (code, out) == (exitcodes.OK, "Plan for a100-pool:\n  nothing would change.\n")
+    assert (code, out) == (exitcodes.OK, NOTHING_TO_DO)
     assert "which objects it read is not known" in err
 
 

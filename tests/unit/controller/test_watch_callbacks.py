@@ -32,12 +32,19 @@ class Requests:
         self.node_writer = self
         self.rollout = SimpleNamespace(waiting_on_configuration=frozenset())
         self.observer = None
+        self.published: list[Any] = []
 
     def request_nodes(self, names: list[str]) -> None:
         self.nodes.append(list(names))
 
     def request_full(self) -> None:
         self.full += 1
+
+    def configuration_published(self, snapshot: Any) -> bool:
+        """Told of each configuration pass (its own full pass when the scheduler the refusals
+        read changed: tests/unit/core/test_refusals.py); recorded here."""
+        self.published.append(snapshot)
+        return False
 
     def is_own_write(self, name: str, facts: NodeFacts) -> bool:
         return facts.resource_version in self.own
@@ -124,6 +131,7 @@ def test_a_configuration_pass_asks_for_what_its_snapshot_and_findings_change() -
     requests.rollout.waiting_on_configuration = frozenset({"gpu-a"})
     state.configuration_passed(healthy(), findings_changed=False)
     assert (requests.full, requests.nodes) == (1, [["gpu-a"]])
+    assert len(requests.published) == 3  # the reconciler is told of every pass
 
 
 async def test_a_gated_pass_that_is_cancelled_before_it_starts_leaves_no_coroutine() -> None:

@@ -1,10 +1,12 @@
 """The policies as every pass plans with them (`core.refusals.refuse_policies`): `plan` and the
 controller's pass, on the same cluster, hold back the same policies for the same reasons (HAMi's
 plugin cannot apply a value, a key policyKeys does not list, a dra pool without the driver's
-configuration), and fill `spec.onDelete` from the same operator config."""
+configuration, Ascend soft slicing under a Volcano that cannot schedule it), and fill
+`spec.onDelete` from the same operator config."""
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import replace
 from typing import Any
@@ -16,16 +18,20 @@ from tests.kit.fakeapi import FakeApi
 from tests.kit.nodekit import node, policy
 from tests.kit.plan_world import LATER, PRESENT, a100_cluster, snapshot
 from vgpu_devcluster import upstream
+from vgpu_operator import contract
+from vgpu_operator.controller.cache import ConfigurationState
 from vgpu_operator.controller.kept import policy_entry
 from vgpu_operator.controller.policies import PolicyCache
 from vgpu_operator.controller.reconciler import Reconciler, ReconcilerOptions
 from vgpu_operator.core.nodes.dra_pools import DRA_REFUSED
+from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.policy_keys import KEY_NOT_LISTED
 from vgpu_operator.core.nodes.validate import REFUSED_REASON, parse_policy
 from vgpu_operator.core.plan import plan
-from vgpu_operator.core.refusals import refuse_policies
+from vgpu_operator.core.refusals import refusal_scheduler, refuse_policies
 from vgpu_operator.core.volcano.plugin_refusal import snapshot_plugin_values
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
+from vgpu_operator.core.volcano.soft_slicing import SOFT_SLICING_REFUSED
 from vgpu_operator.kubeapi.watch import Listing
 from vgpu_operator.models.policy_keys import PolicyKeys
 
@@ -61,10 +67,23 @@ def v11_cluster() -> ClusterSnapshot:
 
 
 async def reconcilers_refusals(
-    s: ClusterSnapshot, raws: list[dict[str, Any]]
+    s: ClusterSnapshot,
+    raws: list[dict[str, Any]],
+    configuration: ConfigurationState | None = None,
 ) -> dict[str, tuple[str, str]]:
-    """policy -> (reason, message) of the Warning Events one controller pass posts for `raws`,
-    its cache holding the nodes and DaemonSets of `s` as the informers keep them."""
+    """policy -> (reason, message) of the Warning Events one controller pass posts for `raws`
+    (`controller_pass`)."""
+    return (await controller_pass(s, raws, configuration))[1]
+
+
+async def controller_pass(
+    s: ClusterSnapshot,
+    raws: list[dict[str, Any]],
+    configuration: ConfigurationState | None = None,
+) -> tuple[Reconciler, dict[str, tuple[str, str]]]:
+    """One controller pass for `raws`, its cache holding the nodes and DaemonSets of `s` as the
+    informers keep them, and `configuration` what the configuration reconciler published (None:
+    none runs): the reconciler, and policy -> (reason, message) of the Warning Events posted."""
     cache = empty_cache(s.config, daemonsets=True)
     assert cache.daemonsets is not None
     await cache.nodes._listed(Listing(s.nodes, "1"))
@@ -81,11 +100,12 @@ async def reconcilers_refusals(
         cache=cache,
         post_event=post,
         options=ReconcilerOptions(resync_seconds=3600, status_interval=0.0),
+        configuration=configuration,
     )
     await r.reconcile(full=True, only=set())
     by_policy = {name: (reason, message) for name, reason, message in events}
     assert len(by_policy) == len(events), events  # one Warning per refused policy
-    return by_policy
+    return r, by_policy
 
 
 async def test_plan_and_the_controller_refuse_the_same_policies_for_the_same_reasons(
@@ -93,7 +113,13 @@ async def test_plan_and_the_controller_refuse_the_same_policies_for_the_same_rea
 ) -> None:
     api = FakeApi().install(monkeypatch)
     s = v11_cluster()
-    composed = refuse_policies(map(parse_policy, RAWS), s.config, snapshot_plugin_values(s))
+    composed = refuse_policies(
+        map(parse_policy, RAWS),
+        s.config,
+        snapshot_plugin_values(s),
+        nodes=[node_facts(n) for n in s.nodes],
+        scheduler=refusal_scheduler(s),
+    )
     expected = {
         p.name: (p.refused[0].reason, "; ".join(x.describe() for x in p.refused))
         for p in composed
@@ -115,7 +141,7 @@ def test_plan_fills_on_delete_from_the_operator_config_as_the_controller_does() 
     steady, live = a100_cluster()
     retain = replace(steady, config=steady.config.model_copy(update={"on_delete": "Retain"}))
     deleting = parse_policy(policy("a100-pool", live["spec"], deleting=True))
-    [as_planned] = refuse_policies([deleting], retain.config, None)
+    [as_planned] = refuse_policies([deleting], retain.config, None, nodes=(), scheduler=None)
     assert as_planned.policy is not None and as_planned.policy.spec.on_delete == "Retain"
 
     def changes(s: ClusterSnapshot, spec: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -125,3 +151,52 @@ def test_plan_fills_on_delete_from_the_operator_config_as_the_controller_does() 
     by_config = changes(retain, live["spec"])
     assert by_config == changes(steady, {**live["spec"], "onDelete": "Retain"})
     assert by_config != changes(steady, live["spec"])  # the default, Delete, releases the nodes
+
+
+async def test_plan_and_the_controller_refuse_soft_slicing_on_volcano_1_15_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An Ascend pool with `hamiVnpuCore: true` on arm64 nodes under Volcano v1.15.1 (the
+    install manifests'): `plan` refuses it from its snapshot, the controller from the snapshot
+    its configuration reconciler published; before any configuration pass the scheduler's
+    version is not known, and nothing is refused for it."""
+    api = FakeApi().install(monkeypatch)
+    labels = {contract.ASCEND_CHIP_LABEL: "910B3", "pool": "npu", "kubernetes.io/arch": "arm64"}
+    s = snapshot([node("npu-0", labels, gpu="cpu")], ascend=True)
+    raw = policy(
+        "npu",
+        {
+            "nodeSelector": {"matchLabels": {"pool": "npu"}},
+            "mode": "ascend-vnpu",
+            "ascendVnpu": {"hamiVnpuCore": True},
+        },
+    )
+    planned = plan(s, [parse_policy(raw)], LATER)
+    noted = {m[1]: m[2] for n in planned.notes if (m := REFUSED_NOTE.fullmatch(n))}
+    assert list(noted) == ["npu"] and "Volcano v1.15.1" in noted["npu"]
+    assert not [n for n in planned.nodes if n.patch is not None]  # held: npu-0 is not taken
+
+    r, refused = await controller_pass(s, [raw], ConfigurationState(snapshot=s))
+    assert refused == {"npu": (SOFT_SLICING_REFUSED, noted["npu"])}
+    assert api.bodies("PATCH", r"/api/v1/nodes/.*") == []
+    assert await reconcilers_refusals(s, [raw], ConfigurationState()) == {}  # no pass yet
+
+    # Volcano upgraded: the configuration pass that reads it asks for a full pass, and the
+    # policy is planned again (plan agrees)
+    upgraded = with_scheduler(s, "v1.16.0")
+    assert not r.configuration_published(s)  # the same scheduler: nothing to plan again
+    assert r.configuration_published(upgraded)
+    later = plan(upgraded, [parse_policy(raw)], LATER)
+    assert not [n for n in later.notes if REFUSED_NOTE.fullmatch(n)]
+    assert [n.node for n in later.nodes if n.enters] == ["npu-0"]
+
+
+def with_scheduler(s: ClusterSnapshot, tag: str) -> ClusterSnapshot:
+    """`s` with the scheduler Deployment's image at `tag`."""
+    ref = s.config.scheduler.deployment
+    deployments = copy.deepcopy(s.deployments)
+    for d in deployments:
+        if (d["metadata"].get("namespace"), d["metadata"]["name"]) == (ref.namespace, ref.name):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                c["image"] = f"{c['image'].rsplit(':', 1)[0]}:{tag}"
+    return replace(s, deployments=deployments)

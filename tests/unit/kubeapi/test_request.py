@@ -47,7 +47,7 @@ async def test_each_status_raises_its_error_with_the_apiservers_message(
             await kubeapi.request(api, "PATCH", "/api/v1/nodes/n", body={})
     assert err.value.status == code
     assert err.value.message == f"refused with {code}"
-    assert isinstance(err.value, kubeapi.ApiException)  # code catching the library's still works
+    assert isinstance(err.value, kubeapi.ApiError)  # one tree for both clients (kubeapi.lite)
     assert "refused with" in str(err.value) and "/api/v1/nodes/n" in str(err.value)
 
 

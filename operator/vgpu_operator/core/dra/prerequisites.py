@@ -8,11 +8,22 @@ checks over objects read elsewhere, each problem one `Finding` naming what is mi
 - `dra-plugin-placement`: the kubelet plugin does not run (Running and Ready) on exactly the DRA
   nodes;
 - `dra-second-owner`: a node whose GPUs the driver publishes is also served by NVIDIA's device
-  plugin (`nvidia.com/gpu`, `nvidia.com/mig-*` capacity) or registered by HAMi's device plugin
-  (`volcano.sh/node-vgpu-register`): one GPU could go to two pods. The driver's own chart refuses
-  to install its GPU plugin next to the device plugin for this reason
-  (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/
-  templates/validation.yaml).
+  plugin (`nvidia.com/gpu`, `nvidia.com/mig-*` allocatable) or by HAMi's device plugin (its
+  `volcano.sh/node-vgpu-register` annotation with its vGPU count allocatable): one GPU could go to
+  two pods. The driver's own chart refuses to install its GPU plugin next to the device plugin
+  for this reason (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/
+  dra-driver-nvidia-gpu/templates/validation.yaml). A plugin counts while kubelet shows its
+  resources allocatable: when a plugin goes, kubelet sets their allocatable to 0 at once and
+  keeps the capacity for a grace period (kubernetes/kubernetes@v1.35.4:
+  pkg/kubelet/cm/devicemanager/manager.go `PluginDisconnected`, `GetCapacity`), and HAMi's
+  register annotation stays on the Node for good. From Kubernetes 1.36 a DeviceClass of the
+  driver may map `nvidia.com/gpu` onto its devices (core.dra.selectors): on a node whose
+  allocatable has `nvidia.com/gpu` a pod asking it still gets the device plugin's GPUs, so the
+  device plugin there is a second owner all the same (the message names the mapping).
+
+The driver's name, its kubelet plugin DaemonSet and the resource names HAMi's plugin registers
+are what the operator config says (`DraCluster`); the DeviceClass names are the driver chart's
+(core.dra.driver).
 """
 
 from __future__ import annotations
@@ -22,29 +33,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core.dra.driver import (
-    DEVICE_CLASSES,
-    DRIVER,
-    PLUGIN_DAEMONSET,
-    PLUGIN_NAMESPACE,
-    REQUIRED_CLASSES,
-    RESOURCE_API,
-    RESOURCE_GROUP,
-)
+from vgpu_operator.core.dra import driver as chart
+from vgpu_operator.core.dra.driver import REQUIRED_CLASSES, RESOURCE_API, RESOURCE_GROUP
+from vgpu_operator.core.dra.selectors import extended_resources
 from vgpu_operator.models.findings import SEVERITY_ORDER, Finding, ObjectRef, Severity
-from vgpu_operator.models.volcano import REGISTER_ANNOTATION, registration
+from vgpu_operator.models.volcano import HARDCODED_ALLOCATABLE, REGISTER_ANNOTATION, registration
 
 Obj = Mapping[str, Any]
 
-# The install command of kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:docs/install.md (the chart
-# refuses its GPU plugin without gpuResourcesEnabledOverride,
-# kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/templates/
-# validation.yaml).
-CHART_INSTALL = (
-    "install NVIDIA's DRA driver chart with its GPU plugin (`helm install dra-driver-nvidia-gpu "
-    "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu --namespace "
-    f"{PLUGIN_NAMESPACE} --set gpuResourcesEnabledOverride=true`)"
-)
+
+def chart_install(namespace: str) -> str:
+    """The install command of kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:docs/install.md in
+    the configured namespace (the chart refuses its GPU plugin without
+    gpuResourcesEnabledOverride, kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/
+    dra-driver-nvidia-gpu/templates/validation.yaml)."""
+    return (
+        "install NVIDIA's DRA driver chart with its GPU plugin (`helm install "
+        "dra-driver-nvidia-gpu oci://registry.k8s.io/dra-driver-nvidia/charts/"
+        f"dra-driver-nvidia-gpu --namespace {namespace} --set gpuResourcesEnabledOverride=true`)"
+    )
+
+
 # The kubelet plugin's placement values and their default affinity
 # (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/values.yaml).
 PLACEMENT_VALUES = (
@@ -59,9 +68,14 @@ PLACEMENT_VALUES = (
 class DraCluster:
     """What the checks read. `served`: the group versions the apiserver serves, as discovery
     lists them ("resource.k8s.io/v1", "apps/v1", ...); `dra_nodes`: the nodes meant to hand out
-    their GPUs through DRA; `nodes`: Node objects (capacity and annotations are read);
+    their GPUs through DRA; `nodes`: Node objects (allocatable and annotations are read);
     `plugin_pods`: the kubelet plugin's pods (selected by its DaemonSet's label);
-    `plugin_daemonset`: that DaemonSet, None when it was not found."""
+    `plugin_daemonset`: that DaemonSet, None when it was not found; `driver`, `plugin_ref`
+    (namespace, name): the driver's name and its kubelet plugin DaemonSet as the operator config
+    names them; `vgpu_count_names`: the vGPU count resources HAMi's plugin registers (its
+    `resourceCountName`, default `volcano.sh/vgpu-number`:
+    Project-HAMi/volcano-vgpu-device-plugin@v1.12.0:doc/config.md, registered with kubelet in
+    pkg/rm/rm.go `AddGPUResource("*", util.ResourceName)`, the name set in pkg/util/util.go)."""
 
     served: Collection[str]
     device_classes: Sequence[Obj] = ()
@@ -70,6 +84,9 @@ class DraCluster:
     nodes: Sequence[Obj] = ()
     plugin_pods: Sequence[Obj] = ()
     plugin_daemonset: Obj | None = None
+    driver: str = chart.DRIVER
+    plugin_ref: tuple[str, str] = (chart.PLUGIN_NAMESPACE, chart.PLUGIN_DAEMONSET)
+    vgpu_count_names: Collection[str] = (HARDCODED_ALLOCATABLE[0],)
 
 
 def _meta(obj: Obj) -> Obj:
@@ -125,7 +142,8 @@ def _expressions(device_class: Obj) -> list[str]:
 
 def device_classes(c: DraCluster) -> Iterator[Finding]:
     present = {str(_meta(dc).get("name")): dc for dc in c.device_classes}
-    for name, expression in DEVICE_CLASSES.items():
+    wanted = chart.device_classes(c.driver)
+    for name, expression in wanted.items():
         ref = ObjectRef(kind="DeviceClass", name=name)
         dc = present.get(name)
         if dc is None:
@@ -137,8 +155,8 @@ def device_classes(c: DraCluster) -> Iterator[Finding]:
                 (ref,),
                 f"DeviceClass {name} is missing: {use} whose claims ask for it stay Pending "
                 "(the scheduler cannot allocate a claim of an unknown class)",
-                fix=f"{CHART_INSTALL}; it creates the DeviceClasses "
-                f"{', '.join(DEVICE_CLASSES)} (`resources.gpus.enabled`, on by default)",
+                fix=f"{chart_install(c.plugin_ref[0])}; it creates the DeviceClasses "
+                f"{', '.join(wanted)} (`resources.gpus.enabled`, on by default)",
             )
         elif _expressions(dc) != [expression]:
             found = " && ".join(_expressions(dc)) or "every device"
@@ -163,7 +181,7 @@ def _slices_by_node(c: DraCluster) -> dict[str, list[Obj]]:
     for s in c.resource_slices:
         spec = _spec(s)
         node = spec.get("nodeName")
-        if spec.get("driver") == DRIVER and node:
+        if spec.get("driver") == c.driver and node:
             by_node.setdefault(str(node), []).append(s)
     for node, slices in by_node.items():
         newest = max(int((_spec(s).get("pool") or {}).get("generation") or 0) for s in slices)
@@ -186,10 +204,10 @@ def node_slices(c: DraCluster) -> Iterator[Finding]:
                 "dra-node-slices",
                 "error",
                 (_node(node),),
-                f"DRA node {node} has no ResourceSlice of driver {DRIVER}: no claim can be "
+                f"DRA node {node} has no ResourceSlice of driver {c.driver}: no claim can be "
                 "allocated there (its kubelet plugin has not published the node's GPUs)",
                 fix=f"make the kubelet plugin run on {node} (see dra-plugin-placement) and check "
-                f"its log (`kubectl logs -n {PLUGIN_NAMESPACE} <plugin pod on {node}>`): it "
+                f"its log (`kubectl logs -n {c.plugin_ref[0]} <plugin pod on {node}>`): it "
                 "publishes the slice once it has found the GPUs",
             )
         elif _device_count(slices) == 0:
@@ -197,7 +215,7 @@ def node_slices(c: DraCluster) -> Iterator[Finding]:
                 "dra-node-slices",
                 "warning",
                 (_node(node),),
-                f"DRA node {node}'s ResourceSlice of driver {DRIVER} lists no device: the plugin "
+                f"DRA node {node}'s ResourceSlice of driver {c.driver} lists no device: the plugin "
                 "found no GPU it can hand out (a GPU with MIG mode on but no MIG instance is "
                 "announced through its instances only)",
                 fix="create the node's MIG instances, or turn MIG mode off on GPUs meant to be "
@@ -231,7 +249,7 @@ def plugin_placement(c: DraCluster) -> Iterator[Finding]:
     ds_ref = (
         ObjectRef.of("DaemonSet", ds)
         if ds is not None
-        else ObjectRef(kind="DaemonSet", name=PLUGIN_DAEMONSET, namespace=PLUGIN_NAMESPACE)
+        else ObjectRef(kind="DaemonSet", name=c.plugin_ref[1], namespace=c.plugin_ref[0])
     )
     if ds is None and not c.plugin_pods:
         if c.dra_nodes:
@@ -239,10 +257,10 @@ def plugin_placement(c: DraCluster) -> Iterator[Finding]:
                 "dra-plugin-placement",
                 "error",
                 (ds_ref,),
-                f"the kubelet plugin of driver {DRIVER} is not installed (no DaemonSet "
+                f"the kubelet plugin of driver {c.driver} is not installed (no DaemonSet "
                 f"{ds_ref.namespace}/{ds_ref.name}, no plugin pod): nothing publishes the DRA "
                 f"nodes' GPUs and nothing prepares their claims ({len(c.dra_nodes)} DRA nodes)",
-                fix=CHART_INSTALL,
+                fix=chart_install(c.plugin_ref[0]),
             )
         return
     pods_on: dict[str, list[Obj]] = {}
@@ -264,7 +282,7 @@ def plugin_placement(c: DraCluster) -> Iterator[Finding]:
             "dra-plugin-placement",
             "error",
             (ds_ref, _node(node)),
-            f"the kubelet plugin of driver {DRIVER} does not run on DRA node {node}: {why}; "
+            f"the kubelet plugin of driver {c.driver} does not run on DRA node {node}: {why}; "
             "kubelet cannot prepare the claims allocated there and the node's slice is not kept "
             "current",
             fix=fix,
@@ -274,7 +292,7 @@ def plugin_placement(c: DraCluster) -> Iterator[Finding]:
             "dra-plugin-placement",
             "warning",
             (ds_ref, _node(node)),
-            f"the kubelet plugin of driver {DRIVER} runs on {node}, which is not a DRA node: it "
+            f"the kubelet plugin of driver {c.driver} runs on {node}, which is not a DRA node: it "
             f"publishes {node}'s GPUs for claims, next to whatever else serves them",
             fix="narrow the DaemonSet's placement to the DRA nodes (a nodeSelector on a label only "
             f"they carry: {PLACEMENT_VALUES}), or make {node} a DRA node",
@@ -285,20 +303,37 @@ def plugin_placement(c: DraCluster) -> Iterator[Finding]:
 
 
 def _count(quantity: Any) -> int:
-    """A device count from a capacity quantity ("8"); one that does not read as a whole number
-    counts as present."""
+    """A device count from a quantity ("8"); one that does not read as a whole number counts
+    as present."""
     text = str(quantity).strip()
     return int(text) if text.isdigit() else 1
 
 
-def _device_plugin_capacity(node: Obj) -> dict[str, int]:
-    capacity = (node.get("status") or {}).get("capacity") or {}
+def _allocatable(node: Obj) -> dict[str, int]:
+    """The node's allocatable extended resources that kubelet shows registered (above 0)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {str(k): n for k, v in allocatable.items() if (n := _count(v)) > 0}
+
+
+def _device_plugin_resources(node: Obj) -> dict[str, int]:
     return {
-        str(k): _count(v)
-        for k, v in capacity.items()
-        if (k == contract.NVIDIA_GPU_RESOURCE or str(k).startswith("nvidia.com/mig-"))
-        and _count(v) > 0
+        k: v
+        for k, v in _allocatable(node).items()
+        if k == contract.NVIDIA_GPU_RESOURCE or k.startswith("nvidia.com/mig-")
     }
+
+
+def _mapped(c: DraCluster, resources: Collection[str]) -> str:
+    """What the driver's DeviceClasses say of these resources, for the message: the classes that
+    map one of them onto the driver's devices (Kubernetes 1.36+)."""
+    mapped = extended_resources(c.device_classes, c.driver)
+    said = [
+        f"DeviceClass {', '.join(mapped[r])} maps {r} onto the driver's devices, yet a pod asking "
+        f"{r} gets the device plugin's GPUs on a node whose allocatable has it (KEP-5004)"
+        for r in sorted(resources)
+        if r in mapped
+    ]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def second_owners(c: DraCluster) -> Iterator[Finding]:
@@ -309,33 +344,36 @@ def second_owners(c: DraCluster) -> Iterator[Finding]:
     for name in sorted((set(c.dra_nodes) | published | running) & set(nodes)):
         node = nodes[name]
         if name in published:
-            dra = f"driver {DRIVER} publishes them ({_device_count(by_node[name])} devices)"
+            dra = f"driver {c.driver} publishes them ({_device_count(by_node[name])} devices)"
         else:
-            dra = f"they are meant for driver {DRIVER}"
-        capacity = _device_plugin_capacity(node)
-        if capacity:
-            listed = ", ".join(f"{k}: {v}" for k, v in sorted(capacity.items()))
+            dra = f"they are meant for driver {c.driver}"
+        registered = _device_plugin_resources(node)
+        if registered:
+            listed = ", ".join(f"{k}: {v}" for k, v in sorted(registered.items()))
             yield _finding(
                 "dra-second-owner",
                 "error",
                 (_node(name),),
                 f"{name}'s GPUs have two owners: NVIDIA's device plugin registers {listed} and "
-                f"{dra}; kubelet and the DRA scheduler each hand out the same GPU",
+                f"{dra}; kubelet and the DRA scheduler each hand out the same GPU"
+                f"{_mapped(c, registered)}",
                 fix=f"keep NVIDIA's device plugin off {name} (its DaemonSet's placement, or the "
                 "GPU Operator's node label `nvidia.com/gpu.deploy.device-plugin=false`); the "
                 "DRA driver's chart assumes it is not there (`gpuResourcesEnabledOverride`)",
             )
-        if registration(node) is not None:
+        vgpus = {k: v for k, v in _allocatable(node).items() if k in c.vgpu_count_names}
+        if registration(node) is not None and vgpus:
+            listed = ", ".join(f"{k}: {v}" for k, v in sorted(vgpus.items()))
             yield _finding(
                 "dra-second-owner",
                 "error",
                 (_node(name),),
                 f"{name}'s GPUs have two owners: HAMi's device plugin has registered them "
-                f"({REGISTER_ANNOTATION}) and {dra}; Volcano and the DRA scheduler each hand out "
-                "the same GPU",
+                f"({REGISTER_ANNOTATION}, {listed}) and {dra}; Volcano and the DRA scheduler "
+                "each hand out the same GPU",
                 fix=f"keep HAMi's device plugin off {name} (take the node out of its vGPU pool, "
-                f"whose label `{contract.LABEL_DEVICE_PLUGIN}` places the plugin), then remove "
-                f"the stale {REGISTER_ANNOTATION} annotation",
+                f"whose label `{contract.LABEL_DEVICE_PLUGIN}` places the plugin): kubelet "
+                "withdraws its vGPU resources once it has gone",
             )
 
 

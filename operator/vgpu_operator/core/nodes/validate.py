@@ -11,8 +11,10 @@
 What the operator may write to a node (collisions with what users set, the owned record, writes
 the apiserver would refuse): `core.nodes.ownership`.
 
-A GPU model is found from `nvidia.com/gpu.product` in `models.gpu_catalog`; a model the catalog
-does not know is not blocked (the agent checks the layout against `nvidia-smi mig -lgip`).
+A GPU model is found from `nvidia.com/gpu.product` in `models.gpu_catalog`; a static layout on a
+model the catalog does not confirm (a row of `models.gpu_catalog_unconfirmed`, a model in neither
+table, a node without the label) is refused for that node, naming what would confirm it; dynamic
+MIG on it is not blocked (the agent checks against `nvidia-smi mig -lgip`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pydantic import ValidationError
 from vgpu_operator import bounds, contract
 from vgpu_operator.core.mig import place as mig_place
 from vgpu_operator.core.nodes.facts import NodeFacts
-from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models import gpu_catalog, gpu_catalog_unconfirmed
 from vgpu_operator.models.policy import VGPUNodePolicy, VGPUNodePolicySpec
 
 
@@ -203,6 +205,7 @@ def spec_problems(spec: VGPUNodePolicySpec) -> list[Problem]:
 # ---- the policy against one node's hardware -----------------------------------------------------
 
 _PRODUCT_SUFFIX = re.compile(r"-(MIG-.*|SHARED)$")
+UNCONFIRMED_MODEL = "UnconfirmedMigModel"  # a static layout on a GPU no cited listing confirms
 
 
 def gpu_model(facts: NodeFacts) -> gpu_catalog.GpuModel | None:
@@ -339,6 +342,24 @@ def node_problems(
         ]
     if mig.partitioning != "static":
         return []
+    if model is None:  # no confirmed catalog row: the layout cannot be checked
+        field, dynamic = (
+            ("spec.dra.devices", "dynamic-mig")
+            if spec.mig_field == "spec.dra"
+            else ("spec.mig.partitioning", "dynamic")
+        )
+        return [
+            Problem(
+                field,
+                UNCONFIRMED_MODEL,
+                f"node {node} {gpu_catalog_unconfirmed.static_refusal(product)}; nothing is "
+                "written to the node",
+                f"use {field}: {dynamic} "
+                "(served where the node agent's own listing confirms the profiles), or narrow "
+                f"spec.nodeSelector by {contract.GFD_PRODUCT} to GPUs the catalog confirms",
+                node,
+            )
+        ]
     problems: list[Problem] = []
     count = bounds.gpu_count(facts.labels.get(contract.GFD_COUNT))
     for i, entry in enumerate(mig.layout):
@@ -355,8 +376,7 @@ def node_problems(
                         node,
                     )
                 )
-        if model is not None:
-            problems.extend(_layout_fit(node, model, i, dict(entry.profiles), spec.mig_field))
+        problems.extend(_layout_fit(node, model, i, dict(entry.profiles), spec.mig_field))
     return problems
 
 

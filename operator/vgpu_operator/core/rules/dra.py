@@ -26,6 +26,7 @@ from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule
 from vgpu_operator.core.rules.second_owners import dra_gpu_container, feature_gates
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, name_of
 from vgpu_operator.models.findings import Finding
+from vgpu_operator.models.volcano import HARDCODED_ALLOCATABLE
 
 
 def dra_cluster(s: ClusterSnapshot) -> DraCluster | None:
@@ -47,6 +48,11 @@ def dra_cluster(s: ClusterSnapshot) -> DraCluster | None:
         nodes=s.nodes,
         plugin_pods=s.pods_of(view) if view is not None else [],
         plugin_daemonset=s.daemonset(ref.namespace, ref.name),
+        driver=s.config.dra.driver,
+        plugin_ref=(ref.namespace, ref.name),
+        # what HAMi's plugin registers: the configured count name (the device config the
+        # operator renders), and Volcano's hard-coded one
+        vgpu_count_names=frozenset({s.config.resource_names.count, HARDCODED_ALLOCATABLE[0]}),
     )
 
 

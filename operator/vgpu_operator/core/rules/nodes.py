@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 from vgpu_operator import bounds, contract
 from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, info, rule, warning
-from vgpu_operator.core.rules.plugin import plugin_factor
 from vgpu_operator.core.volcano.geometry import (
     build_known_geometries,
     catalog_for,
@@ -23,6 +22,7 @@ from vgpu_operator.core.volcano.geometry import (
     reported_from_inventory,
     shadowed,
 )
+from vgpu_operator.core.volcano.memory_unit import plugin_memory_unit
 from vgpu_operator.core.volcano.mig_memory import (
     hardware_memory,
     may_correct,
@@ -272,21 +272,26 @@ def _short(name: str, limit: int = 60) -> str:
 
 @rule("gpu-memory-factor", "no node registers more than 60,000 memory entries")
 def check_memory_factor(s: ClusterSnapshot) -> Iterator[Issue]:
-    """Above 1, the factor is also said as what it does to every pod (info): a vgpu-memory
-    request of N means N x factor MiB, in hami-core mode (the plugin registers each GPU's MiB /
-    factor and limits the container to N x factor MiB) and in MIG mode (the scheduler multiplies
-    the request by it: volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go)."""
-    factor = plugin_factor(s)
-    if factor > 1 and s.vgpu_nodes:
-        src = s.plugin_device_config
-        memory = s.config.resource_names.memory
-        yield info(
-            cm_ref(src.namespace, src.name),
-            f"gpuMemoryFactor is {factor}: a {memory} request of N means N x {factor} MiB "
-            f"(a pod written for 3000 MiB asks for 3000 x {factor} = {3000 * factor} MiB)",
-            fix=f"write {memory} requests in units of {factor} MiB (N = MiB / {factor}), or ask "
-            f"for a share with {s.config.resource_names.memory_percentage}",
-        )
+    """The factor is also said, always, as what it does to every pod (info, with where it is
+    set: `core.volcano.memory_unit`): a vgpu-memory request of N means N x factor MiB, in
+    hami-core mode (the plugin registers each GPU's MiB / factor and limits the container to
+    N x factor MiB) and in MIG mode (the scheduler multiplies the request by it:
+    volcano-sh/volcano@v1.15.1:pkg/scheduler/api/devices/nvidia/vgpu/mig.go)."""
+    unit = plugin_memory_unit(s)
+    factor = unit.factor
+    src = s.plugin_device_config
+    memory = s.config.resource_names.memory
+    example = unit.example()
+    yield info(
+        cm_ref(src.namespace, src.name),
+        unit.line(memory) + (f": {example}" if example else ""),
+        fix=(
+            f"write {memory} requests in units of {factor} MiB (N = MiB / {factor}), or ask "
+            f"for a share with {s.config.resource_names.memory_percentage}"
+            if factor > 1
+            else f"none: {memory} requests are in MiB"
+        ),
+    )
     for node in s.vgpu_nodes:
         records = s.registered(node)
         if records:

@@ -73,22 +73,6 @@ def plugin_names(s: ClusterSnapshot) -> PluginNames | None:
     )
 
 
-def plugin_factor(s: ClusterSnapshot) -> int:
-    """The gpuMemoryFactor the plugin applies (flag, else its ConfigMap; 0/absent counts as 1)."""
-    c = s.plugin_container
-    flag = c.flags.get("gpu-memory-factor") if c else None
-    if flag is not None and flag.value and flag.value.isdigit():
-        return max(1, int(flag.value))
-    if (
-        c is not None
-        and c.version is not None
-        and component_versions.plugin_flags_always_override(c.version)
-    ):
-        return 1
-    n = s.plugin_device_config.nvidia
-    return max(1, n.gpu_memory_factor or 1) if n else 1
-
-
 def plugin_ref(s: ClusterSnapshot) -> ObjectRef:
     """The vGPU device plugin DaemonSet the operator config names."""
     ref = s.config.device_plugin

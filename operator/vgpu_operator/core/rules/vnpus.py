@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule
+from vgpu_operator.core.rules.base import Issue, ObjectRef, cm_ref, error, rule, warning
 from vgpu_operator.core.volcano.component_versions import VnpusForm, scheduler_vnpus_form
 from vgpu_operator.core.volcano.render import vnpus_section
 from vgpu_operator.core.volcano.render.vnpus import (
@@ -18,7 +18,13 @@ from vgpu_operator.core.volcano.render.vnpus import (
     vnpus_for_scheduler,
 )
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, name_of
-from vgpu_operator.models.volcano_views import Version
+from vgpu_operator.core.volcano.soft_slicing import (
+    SOFT_SLICING_SOURCE,
+    arch_blocks,
+    ascend_scheduler,
+    soft_slicing_on,
+    version_blocks,
+)
 
 DEVICE_CONFIG_KEY = "device-config.yaml"  # the scheduler's fixed key (`deviceConfigFileName`)
 FALLBACK = (
@@ -122,35 +128,23 @@ def _core_on(value: Any) -> bool:
     return bool(scheduler_reads(value, "both")[0])
 
 
-# HAMi's Ascend plugin: "Volcano: >= 1.14 (>= 1.16 required for `hami-core` soft slicing)" and
-# "`hami-core` soft slicing currently only supports ARM platforms"
-# (Project-HAMi/ascend-device-plugin@v1.4.0:docs/volcano.md). `Version` drops a pre-release
-# suffix, so v1.16.0-alpha.0 and later pre-releases count as 1.16.
-SOFT_SLICING_FROM = Version(1, 16, 0)
-SOFT_SLICING_SOURCE = "Project-HAMi/ascend-device-plugin@v1.4.0:docs/volcano.md"
-
-
 @rule("ascend-soft-slicing", "hami-vnpu-core soft slicing only where Volcano and the node allow it")
 def check_soft_slicing(s: ClusterSnapshot) -> Iterator[Issue]:
     """A node whose Ascend entry turns on `hami-vnpu-core` (its policy's `hamiVnpuCore`, else the
-    Ascend plugin's global `vnpus.hamiVnpuCore`) needs Volcano 1.16 or later and an arm64 node;
-    elsewhere soft-slicing pods never get devices."""
-    c = s.scheduler_container
-    version = c.version if c else None
-    old = version is not None and version < SOFT_SLICING_FROM
+    Ascend plugin's global `vnpus.hamiVnpuCore`) needs Volcano 1.16 or later and an arm64 node
+    (`core.volcano.soft_slicing`, whose predicate also refuses the policies that would turn it
+    on there); elsewhere soft-slicing pods never get devices. A node released before the
+    refusal keeps its entry: this reports it. A scheduler version the operator cannot read
+    refuses nothing, so the rule warns of it."""
+    scheduler = ascend_scheduler(s)
+    old = version_blocks(scheduler)
     for node in s.managed(("ascend-vnpu",)):
         rc = s.released(node)
-        spec = rc.ascend_vnpu if rc is not None else None
-        on = spec.hami_vnpu_core if spec is not None and spec.hami_vnpu_core is not None else None
-        if not (on if on is not None else s.hami_vnpu_core):
+        if not soft_slicing_on(rc.ascend_vnpu if rc is not None else None, scheduler.default_on):
             continue
         name = name_of(node)
-        arch = ((node.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/arch")
-        why = []
-        if old and c is not None:
-            why.append(f"the scheduler runs Volcano {c.tag} (soft slicing needs 1.16 or later)")
-        if arch is not None and arch != "arm64":
-            why.append(f"the node's kubernetes.io/arch is {arch} (soft slicing runs on arm64 only)")
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        why = [x for x in (old, arch_blocks(labels)) if x is not None]
         if why:
             yield error(
                 ObjectRef(kind="Node", name=name),
@@ -159,4 +153,13 @@ def check_soft_slicing(s: ClusterSnapshot) -> Iterator[Issue]:
                 + f" ({SOFT_SLICING_SOURCE}): its soft-slicing pods get no devices",
                 fix="set ascendVnpu.hamiVnpuCore: false in the node's policy (template-based "
                 "vNPU works everywhere)" + (", or upgrade Volcano to v1.16" if old else ""),
+            )
+        elif scheduler.version is None:
+            yield warning(
+                ObjectRef(kind="Node", name=name),
+                f"{name} has hami-vnpu-core soft slicing on, and the operator cannot read the "
+                "scheduler's version (no version-tagged image): soft slicing needs Volcano 1.16 "
+                f"or later ({SOFT_SLICING_SOURCE}); no policy is refused for it",
+                fix="run the scheduler from a version-tagged image (e.g. vc-scheduler:v1.16.0), "
+                "or set ascendVnpu.hamiVnpuCore: false in the node's policy",
             )

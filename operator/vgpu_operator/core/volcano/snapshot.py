@@ -122,8 +122,8 @@ class ClusterSnapshot:
         """An unset `gpuMemoryFactor` is the one the cluster already has: it is the unit of
         every vgpu-memory request there, so it is adopted, not reset to 1. The plugin's
         `--gpu-memory-factor` when given (it overrides the ConfigMap in every version that has
-        it: core/rules/plugin.py `plugin_factor`), else the device config the operator renders;
-        0 or absent is 1 to the plugin: then nothing is adopted."""
+        it: core/volcano/memory_unit.py `plugin_memory_unit`), else the device config the
+        operator renders; 0 or absent is 1 to the plugin: then nothing is adopted."""
         if self.config.gpu_memory_factor is not None:
             return
         c = self.plugin_container

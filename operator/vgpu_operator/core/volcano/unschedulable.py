@@ -26,27 +26,36 @@ when it is above 1; device_info.go: one GPU per requested vGPU in hami-core mode
 pkg/scheduler/api/devices/util.go `ExtractResourceRequest` (only memory set: one vGPU).
 
 Only what is certain is reported: a node whose GPU count or memory is unknown counts as one that
-fits, and the checks are per container (a container that fits nowhere cannot be placed).
+fits, and the checks are per container (a container that fits nowhere cannot be placed). A cause
+about the memory asked also says what a request of N means in MiB (`core.volcano.memory_unit`).
+What the checks compare a pod with, read from a snapshot: `core.volcano.fit_context`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from vgpu_operator import bounds, contract
-from vgpu_operator.core.volcano import node_inputs, pod_filters
-from vgpu_operator.core.volcano.pod_filters import GpuFacts
-from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, labels_of
-from vgpu_operator.models.volcano import (
-    LEGACY_GPU_MEMORY,
-    LEGACY_GPU_NUMBER,
-    POD_VGPU_MODE,
-    first_match,
-)
-from vgpu_operator.models.volcano_views import Version
+from vgpu_operator.core.volcano import pod_filters
+from vgpu_operator.core.volcano.fit_context import FitContext, NodeShape, fit_context
+from vgpu_operator.core.volcano.snapshot import annotations_of
+from vgpu_operator.models.volcano import LEGACY_GPU_MEMORY, LEGACY_GPU_NUMBER, POD_VGPU_MODE
+
+# What the checks compare a pod with (`core.volcano.fit_context`), importable from here too.
+__all__ = [
+    "REASONS",
+    "Cause",
+    "ContainerAsk",
+    "FitContext",
+    "NodeShape",
+    "causes",
+    "container_asks",
+    "fit_context",
+    "pending",
+    "quantity",
+]
 
 MODES = ("hami-core", "mig")
 UAE = "UnexpectedAdmissionError"
@@ -71,57 +80,6 @@ class Cause:
     @property
     def reason(self) -> str:
         return REASONS[self.id]
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """What the scheduler sees of a vGPU node, as far as fit goes. Nodes alike share one."""
-
-    mode: str  # as the scheduler treats it: hami-core or mig
-    mig_configured: bool = False  # runs MIG (treated as hami-core when no geometry applies)
-    gpus: int | None = None  # GPUs registered (None: unknown)
-    memory: int | None = None  # the largest GPU's memory, MiB / gpuMemoryFactor (None: unknown)
-    instances: tuple[int, ...] = ()  # mig: MiB of every instance type its geometries have
-    per_gpu: int = 1  # mig: the most instances one GPU's geometry has
-    models: tuple[str, ...] = ()  # GPU names, for messages
-    devices: tuple[GpuFacts, ...] = ()  # each GPU, where known (core.volcano.pod_filters)
-
-    @property
-    def capacity(self) -> int | None:
-        """vGPUs of one container the node can hold at most."""
-        return None if self.gpus is None else self.gpus * self.per_gpu
-
-
-@dataclass(frozen=True)
-class FitContext:
-    """What the checks compare a pod with; built from a `ClusterSnapshot` (`fit_context`)."""
-
-    shapes: frozenset[NodeShape] = frozenset()
-    count_names: frozenset[str] = frozenset({"volcano.sh/vgpu-number"})
-    memory_names: frozenset[str] = frozenset({"volcano.sh/vgpu-memory"})
-    percentage_names: frozenset[str] = frozenset({"volcano.sh/vgpu-memory-percentage"})
-    scheduler_name: str = "volcano"
-    memory_factor: int = 1  # gpuMemoryFactor: a vgpu-memory request of N means N x this MiB
-    device_config: str = "kube-system/volcano-vgpu-device-config"  # for messages
-    scheduler_conf: str = "volcano-system/volcano-scheduler-configmap"  # for messages
-    # Legacy switches: None when the scheduler conf is unknown (nothing is said then).
-    gpu_sharing: bool | None = None
-    gpu_number: bool | None = None
-    mig_models_without_geometry: tuple[str, ...] = field(default=())
-    scheduler_version: Version | None = None  # which pod annotations it reads (pod_filters)
-
-    @property
-    def vgpu_names(self) -> frozenset[str]:
-        return self.count_names | self.memory_names | self.percentage_names
-
-    def amount(self, memory: int | None) -> str:
-        """A vgpu-memory figure as the components read it: N units of gpuMemoryFactor MiB (the
-        plugin registers each GPU's MiB / factor and limits the container to N x factor MiB;
-        the MIG path multiplies the request by the factor)."""
-        if memory is None or self.memory_factor == 1:
-            return f"{memory} MiB"
-        factor = self.memory_factor
-        return f"{memory} (x gpuMemoryFactor {factor}: {memory * factor} MiB)"
 
 
 @dataclass(frozen=True)
@@ -340,10 +298,15 @@ def _fit(asks: list[ContainerAsk], mode: str | None, ctx: FitContext, names: str
                 f"container {ask.name} asks for {ask.count} vGPUs of {ctx.amount(ask.memory)} "
                 "each, and "
                 f"no node that serves it {_in_mode(mode)}has {ask.count} GPUs that large (nodes "
-                f"with that many GPUs have smaller ones). Fix: ask for fewer or smaller vGPUs, "
-                "or add nodes with more large GPUs to a vGPU policy",
+                f"with that many GPUs have smaller ones){_unit(ask, ctx)}. Fix: ask for fewer or "
+                "smaller vGPUs, or add nodes with more large GPUs to a vGPU policy",
             )
     return None
+
+
+def _unit(ask: ContainerAsk, ctx: FitContext) -> str:
+    """What a memory request means, where the container asks for memory ("" where not)."""
+    return f"; {ctx.unit()}" if ask.memory is not None else ""
 
 
 def _in_mode(mode: str | None) -> str:
@@ -415,7 +378,8 @@ def _too_much_memory(
             "no-mig-geometry",
             f"container {ask.name} asks for {asked} per vGPU in mig mode, but no MIG "
             f"geometry of the MIG nodes' GPUs has an instance that large: the largest is "
-            f"{largest} MiB ({ctx.device_config}, knownMigGeometries). Fix: ask for at most "
+            f"{largest} MiB ({ctx.device_config}, knownMigGeometries); {ctx.unit()}. Fix: ask "
+            "for at most "
             f"{at_most} of vGPU memory, or run the pod in hami-core mode (remove "
             f"{POD_VGPU_MODE})",
         )
@@ -426,100 +390,9 @@ def _too_much_memory(
     return Cause(
         "vgpu-memory-too-large",
         f"container {ask.name} asks for {asked} per vGPU, more than any GPU "
-        f"of the nodes that serve it {_in_mode(mode)}has: the largest has {has}. Fix: ask "
+        f"of the nodes that serve it {_in_mode(mode)}has: the largest has {has}; "
+        f"{ctx.unit()}. Fix: ask "
         f"for at most {largest} (or for a share of a GPU with "
         f"{', '.join(sorted(ctx.percentage_names))}), or add nodes with larger GPUs to a vGPU "
         "policy",
     )
-
-
-# --- the context from a snapshot --------------------------------------------------------------
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
-
-
-def node_shape(s: ClusterSnapshot, node: Mapping[str, Any], factor: int) -> NodeShape:
-    """The shape of one vGPU node: its GPUs from the plugin's registration (what the
-    scheduler reads), else the agent's inventory, else GPU Feature Discovery's labels."""
-    records = s.registered(node) or []
-    names = tuple(s.gpu_names(node)[0])
-    gpus: int | None
-    memory: int | None
-    devices: tuple[GpuFacts, ...] = ()  # only for pod_filters
-    if records:
-        gpus, memory = len(records), max(g.memory for g in records)
-        devices = pod_filters.registered_gpus(records)
-    else:
-        inv = s.inventory(node)
-        if inv is not None and inv.gpus and node_inputs.inventory_problem(inv) is None:
-            gpus, memory = len(inv.gpus), max(g.memory_mib for g in inv.gpus) // factor
-            devices = pod_filters.inventory_gpus(inv, factor)
-        else:  # a count out of bounds is not used (core.volcano.node_inputs)
-            labels = labels_of(node)
-            gpus = bounds.gpu_count(labels.get(contract.GFD_COUNT))
-            total = _int(labels.get(contract.GFD_MEMORY, ""))
-            memory = total // factor if total is not None else None
-    if not s.is_mig(node):
-        return NodeShape("hami-core", False, gpus, memory, models=names, devices=devices)
-    entries = s.scheduler_nvidia.geometries()
-    groups = []
-    for name in names:
-        entry = first_match(entries, name)
-        groups.extend(entry.allowed_geometries if entry is not None else [])
-    if not groups:  # the scheduler falls back to hami-core for this node
-        return NodeShape("hami-core", True, gpus, memory, models=names, devices=devices)
-    instances = tuple(sorted({t.memory for g in groups for t in g.geometries}))
-    per_gpu = max((sum(t.count for t in g.geometries) for g in groups), default=1)
-    mig = pod_filters.with_layouts(devices, entries)
-    return NodeShape("mig", True, gpus, memory, instances, max(per_gpu, 1), names, mig)
-
-
-def fit_context(s: ClusterSnapshot) -> FitContext:
-    """What the fit checks need of a snapshot (the vGPU nodes, deduplicated by shape)."""
-    nvidia = s.scheduler_nvidia
-    factor = nvidia.gpu_memory_factor or 1
-    shapes = {node_shape(s, n, factor) for n in s.vgpu_nodes}
-    unmatched = sorted(
-        {m for sh in shapes if sh.mig_configured and sh.mode != "mig" for m in sh.models}
-    )
-    names = s.config.resource_names
-    conf = s.scheduler_conf
-    sharing = number = None
-    if conf is not None:
-        predicates = conf.plugin("predicates")
-        old = predicates.arguments if predicates is not None else {}
-        args = conf.deviceshare
-        sharing = args.maybe("GPUSharingEnable") or old.get("predicate.GPUSharingEnable") is True
-        number = args.maybe("GPUNumberEnable") or old.get("predicate.GPUNumberEnable") is True
-    src = s.scheduler_device_config
-    ref = s.config.scheduler.config_map
-    return FitContext(
-        shapes=frozenset(shapes),
-        count_names=_names(nvidia.resource_count_name, names.count),
-        memory_names=_names(nvidia.resource_memory_name, names.memory),
-        percentage_names=_names(nvidia.resource_memory_percentage_name, names.memory_percentage),
-        scheduler_name=scheduler_name(s),
-        memory_factor=factor,
-        device_config=f"{src.namespace}/{src.name}",
-        scheduler_conf=f"{ref.namespace}/{ref.name}",
-        gpu_sharing=sharing,
-        gpu_number=number,
-        mig_models_without_geometry=tuple(unmatched),
-        scheduler_version=s.scheduler_container.version if s.scheduler_container else None,
-    )
-
-
-def _names(*names: str | None) -> frozenset[str]:
-    return frozenset(n for n in names if n)
-
-
-def scheduler_name(s: ClusterSnapshot) -> str:
-    """The name Volcano schedules under: its `--scheduler-name` flag, else `volcano`."""
-    c = s.scheduler_container
-    flag = c.flags.get("scheduler-name") if c else None
-    return flag.value if flag is not None and flag.value else "volcano"

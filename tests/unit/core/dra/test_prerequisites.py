@@ -1,5 +1,7 @@
 """The DRA prerequisites: each check on the cluster the DRA driver double builds (no finding),
-then with one thing broken at a time (the finding naming it and its fix)."""
+then with one thing broken at a time (the finding naming it and its fix); a device plugin counts
+as a second owner while kubelet shows its resources allocatable, not by what it left behind; the
+driver's name and kubelet plugin are the configured ones."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.kit.drakit import stored_device_classes
 from vgpu_devcluster import dra_driver
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_operator.core.dra import driver
@@ -24,11 +27,21 @@ DS_REF = ObjectRef(
 
 
 def node(
-    name: str, capacity: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+    name: str,
+    registered: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    *,
+    gone: bool = False,
 ) -> dict[str, Any]:
+    """A node with the extended resources a device plugin `registered`, as kubelet shows them
+    (capacity and allocatable); `gone`: the plugin has disconnected since, so kubelet shows them
+    allocatable 0 and keeps the capacity (kubernetes/kubernetes@v1.35.4:
+    pkg/kubelet/cm/devicemanager/manager.go `PluginDisconnected`, `GetCapacity`)."""
+    capacity = {"cpu": "64", **(registered or {})}
+    allocatable = {k: ("0" if gone and k in (registered or {}) else v) for k, v in capacity.items()}
     return {
         "metadata": {"name": name, "annotations": annotations or {}},
-        "status": {"capacity": {"cpu": "64", **(capacity or {})}},
+        "status": {"capacity": capacity, "allocatable": allocatable},
     }
 
 
@@ -60,7 +73,7 @@ def healthy(tmp_path: Path) -> DraCluster:
     node outside DRA with NVIDIA's device plugin and no DRA plugin."""
     return DraCluster(
         served=SERVED,
-        device_classes=dra_driver.device_classes(),
+        device_classes=stored_device_classes(),
         resource_slices=[*slices(tmp_path, "dra-0"), *slices(tmp_path, "dra-1")],
         dra_nodes={"dra-0", "dra-1"},
         nodes=[node("dra-0"), node("dra-1"), node("plain", {"nvidia.com/gpu": "8"})],
@@ -258,10 +271,20 @@ def test_nvidia_device_plugin_on_a_dra_node_is_a_second_owner(healthy: DraCluste
     assert "registers nvidia.com/mig-1g.10gb: 7" in found.message
 
 
+# What HAMi's plugin writes when it registers a node's GPU: its register annotation, and through
+# kubelet its resources (Project-HAMi/volcano-vgpu-device-plugin@v1.12.0: pkg/rm/rm.go
+# `AddGPUResource` of util.ResourceName, ResourceCores, ResourceMem; their default names in
+# doc/config.md).
+HAMI = {REGISTER_ANNOTATION: "GPU-1,10,81920,NVIDIA-A100,true,hami-core:"}
+HAMI_RESOURCES = {
+    "volcano.sh/vgpu-number": "10",
+    "volcano.sh/vgpu-cores": "100",
+    "volcano.sh/vgpu-memory": "81920",
+}
+
+
 def test_hami_registration_on_a_dra_node_is_a_second_owner(healthy: DraCluster) -> None:
-    registered = node(
-        "dra-1", annotations={REGISTER_ANNOTATION: "GPU-1,10,81920,NVIDIA-A100,true,hami-core:"}
-    )
+    registered = node("dra-1", HAMI_RESOURCES, HAMI)
     (found,) = check(dataclasses.replace(healthy, nodes=[node("dra-0"), registered]))
     assert (found.id, found.severity, found.objects) == (
         "dra-second-owner",
@@ -270,9 +293,91 @@ def test_hami_registration_on_a_dra_node_is_a_second_owner(healthy: DraCluster) 
     )
     assert found.message.startswith(
         "dra-1's GPUs have two owners: HAMi's device plugin has registered them "
-        "(volcano.sh/node-vgpu-register) and driver gpu.nvidia.com publishes them (2 devices)"
+        "(volcano.sh/node-vgpu-register, volcano.sh/vgpu-number: 10) and driver gpu.nvidia.com "
+        "publishes them (2 devices)"
     )
     assert "vgpu.volcano.sh/device-plugin" in found.fix
+
+
+def test_what_a_plugin_that_left_leaves_behind_is_no_second_owner(healthy: DraCluster) -> None:
+    """HAMi's register annotation stays on the Node after its plugin has gone, and kubelet keeps
+    a gone plugin's capacity for a while: neither registers anything."""
+    stale = [
+        node("dra-0", HAMI_RESOURCES, HAMI, gone=True),
+        node("dra-1", annotations=HAMI),  # the annotation written by hand, nothing registered
+    ]
+    assert check(dataclasses.replace(healthy, nodes=stale)) == []
+    nvidia_gone = [node("dra-0", {"nvidia.com/gpu": "2"}, gone=True), node("dra-1")]
+    assert check(dataclasses.replace(healthy, nodes=nvidia_gone)) == []
+    # a renamed vGPU count (the operator config's resourceNames.count) is HAMi's all the same
+    renamed = {"example.com/vgpu": "10"}
+    c = dataclasses.replace(
+        healthy,
+        nodes=[node("dra-0"), node("dra-1", renamed, HAMI)],
+        vgpu_count_names=("volcano.sh/vgpu-number", "example.com/vgpu"),
+    )
+    (found,) = check(c)
+    assert "example.com/vgpu: 10" in found.message
+
+
+def test_nvidia_gpu_mapped_onto_the_drivers_devices_keeps_the_plugin_a_second_owner(
+    healthy: DraCluster,
+) -> None:
+    """From 1.36 the chart's gpu.nvidia.com class maps nvidia.com/gpu onto the driver's devices:
+    where NVIDIA's device plugin still registers nvidia.com/gpu, a pod asking it gets the
+    plugin's GPUs there, and claims get the same GPUs: still two owners, and the message says
+    why the mapping changes nothing."""
+    nodes = [node("dra-0", {"nvidia.com/gpu": "2"}), node("dra-1")]
+    on_1_36 = dataclasses.replace(healthy, nodes=nodes, device_classes=stored_device_classes(36))
+    (found,) = check(on_1_36)
+    assert (found.id, found.objects) == (
+        "dra-second-owner",
+        (ObjectRef(kind="Node", name="dra-0"),),
+    )
+    assert found.message.endswith(
+        "each hand out the same GPU (DeviceClass gpu.nvidia.com maps nvidia.com/gpu onto the "
+        "driver's devices, yet a pod asking nvidia.com/gpu gets the device plugin's GPUs on a "
+        "node whose allocatable has it (KEP-5004))"
+    )
+
+
+def test_the_configured_driver_and_kubelet_plugin_are_the_ones_checked(
+    healthy: DraCluster, tmp_path: Path
+) -> None:
+    """A driver installed under another name, its plugin in a DaemonSet of another name: the
+    chart's DeviceClasses must select its devices, and its slices are the ones read."""
+    renamed_slices = []
+    for s in healthy.resource_slices:
+        renamed_slices.append({**s, "spec": {**s["spec"], "driver": "gpu.example.com"}})
+    classes = [
+        {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": cel}}]}}
+        for name, cel in driver.device_classes("gpu.example.com").items()
+    ]
+    mine = dataclasses.replace(
+        healthy,
+        device_classes=classes,
+        resource_slices=renamed_slices,
+        driver="gpu.example.com",
+        plugin_ref=("gpu-system", "example-plugin"),
+    )
+    assert check(mine) == []
+    # the chart's own classes select gpu.nvidia.com's devices, not this driver's
+    (wrong, *_) = check(dataclasses.replace(mine, device_classes=healthy.device_classes))
+    assert wrong.id == "dra-deviceclass"
+    assert "where the driver's chart selects `device.driver == 'gpu.example.com'" in wrong.message
+    # gpu.nvidia.com's slices are not this driver's; its plugin's DaemonSet is the configured one
+    missing = check(
+        dataclasses.replace(
+            mine, resource_slices=healthy.resource_slices, plugin_pods=[], plugin_daemonset=None
+        )
+    )
+    assert [(f.id, str(f.objects[0])) for f in missing] == [
+        ("dra-node-slices", "Node dra-0"),
+        ("dra-node-slices", "Node dra-1"),
+        ("dra-plugin-placement", "DaemonSet gpu-system/example-plugin"),
+    ]
+    assert "no ResourceSlice of driver gpu.example.com" in missing[0].message
+    assert "--namespace gpu-system" in missing[2].fix
 
 
 def test_slices_published_for_a_node_outside_dra_with_the_device_plugin(

@@ -11,6 +11,8 @@ from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.ownership import label_collisions, taint_collisions
 from vgpu_operator.core.nodes.validate import (
+    UNCONFIRMED_MODEL,
+    Problem,
     field_path,
     gpu_evidence,
     gpu_model,
@@ -183,13 +185,47 @@ def test_gpu_index_beyond_the_node() -> None:
     assert found == ["GpuIndexOutOfRange@spec.mig.layout[0].gpus"]
 
 
-def test_unknown_model_is_not_blocked() -> None:
-    labels = {
-        contract.GFD_PRODUCT: "NVIDIA-B200",
-        contract.GFD_MIG_CAPABLE: "true",
-        contract.GFD_PRESENT: "true",
-    }
-    assert problems_for("cpu", static({"gpus": "all", "profiles": {"1g.23gb": 7}}), labels) == []
+def unconfirmed(product: str | None) -> list[Problem]:
+    labels = {contract.GFD_MIG_CAPABLE: "true", contract.GFD_PRESENT: "true"}
+    if product is not None:
+        labels[contract.GFD_PRODUCT] = product
+    spec = static({"gpus": "all", "profiles": {"1g.23gb": 7}})
+    facts = node_facts(node("n1", labels, gpu="cpu"))
+    return node_problems(facts, VGPUNodePolicySpec.model_validate(spec))
+
+
+@pytest.mark.parametrize(
+    ("product", "said"),
+    [
+        # a row of models/gpu_catalog_unconfirmed.py: named with why it is not confirmed
+        ("NVIDIA-B200", "has NVIDIA-B200, whose catalog row is not confirmed ("),
+        (
+            "NVIDIA-H20-MIG-1g.12gb",
+            "has NVIDIA-H20-MIG-1g.12gb, whose catalog row is not confirmed",
+        ),
+        ("NVIDIA-X900", "has NVIDIA-X900, a GPU model the catalog does not know"),
+        (None, "has no nvidia.com/gpu.product label"),
+    ],
+)
+def test_a_static_layout_on_a_gpu_without_a_confirmed_row_is_refused(
+    product: str | None, said: str
+) -> None:
+    """Issue 31: a row without a confirmed source serves dynamic MIG only where the agent's own
+    listing confirms it, and never a static layout. The node is refused (nothing written)."""
+    [problem] = unconfirmed(product)
+    assert (problem.reason, problem.field, problem.node) == (
+        UNCONFIRMED_MODEL,
+        "spec.mig.partitioning",
+        "n1",
+    )
+    assert said in problem.message, problem.message
+    assert "nvidia-smi mig -lgip" in problem.message and "mig-user-guide" in problem.message
+    assert "use spec.mig.partitioning: dynamic" in problem.fix
+    dynamic = {"mode": "mig", "nodeSelector": EVERY_NODE, "mig": {"partitioning": "dynamic"}}
+    labels = {contract.GFD_MIG_CAPABLE: "true", contract.GFD_PRESENT: "true"}
+    if product is not None:
+        labels[contract.GFD_PRODUCT] = product
+    assert problems_for("cpu", dynamic, labels) == []  # dynamic MIG: left to the agent's listing
 
 
 def test_gfd_product_with_mig_suffix_is_recognised() -> None:

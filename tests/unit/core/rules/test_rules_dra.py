@@ -131,9 +131,26 @@ def test_nvidias_device_plugin_still_registering_on_a_dra_node_is_a_second_owner
     cluster: ClusterSnapshot,
 ) -> None:
     nodes = [dict(n) for n in cluster.nodes]
-    nodes[0] = {**nodes[0], "status": {**nodes[0]["status"], "capacity": {"nvidia.com/gpu": "2"}}}
+    registered = {"nvidia.com/gpu": "2"}  # as kubelet shows a registered plugin's resource
+    nodes[0] = {
+        **nodes[0],
+        "status": {**nodes[0]["status"], "capacity": registered, "allocatable": registered},
+    }
     assert found(dataclasses.replace(cluster, nodes=nodes)) == [
         ("dra-second-owner", "error", "Node dra-0")
+    ]
+
+
+def test_the_configured_driver_name_is_the_one_checked(cluster: ClusterSnapshot) -> None:
+    """`dra.driver` names another driver: the double's slices and the chart's classes are
+    gpu.nvidia.com's, so none of its own is there."""
+    s = dataclasses.replace(cluster, config=load_config("dra: {driver: gpu.example.com}\n"))
+    assert found(s) == [
+        ("dra-node-slices", "error", "Node dra-0"),
+        ("dra-node-slices", "error", "Node dra-1"),
+        ("dra-deviceclass", "warning", "DeviceClass gpu.nvidia.com"),
+        ("dra-deviceclass", "warning", "DeviceClass mig.nvidia.com"),
+        ("dra-deviceclass", "warning", "DeviceClass vfio.gpu.nvidia.com"),
     ]
 
 

@@ -183,3 +183,13 @@ def test_soft_slicing_needs_volcano_1_16_and_arm64() -> None:
     # off (the policy's false, or not set and the global switch off): template vNPU, no finding
     assert findings(soft_slicing("v1.15.1", "amd64", core=False), "ascend-soft-slicing") == []
     assert findings(soft_slicing("v1.15.1", "amd64", core=None), "ascend-soft-slicing") == []
+
+
+def test_soft_slicing_under_a_scheduler_of_unknown_version_is_a_warning() -> None:
+    """Without a version tag nothing is refused for the scheduler's version
+    (core.volcano.soft_slicing): the rule says so; a node off arm64 is still an error."""
+    got = findings(soft_slicing("latest", "arm64", core=True), "ascend-soft-slicing")
+    assert [f.severity for f in got] == ["warning"]
+    assert "cannot read the scheduler's version" in got[0].message
+    amd = findings(soft_slicing("latest", "amd64", core=True), "ascend-soft-slicing")
+    assert [f.severity for f in amd] == ["error"] and "arch is amd64" in amd[0].message

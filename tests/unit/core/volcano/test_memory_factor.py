@@ -1,8 +1,8 @@
 """`gpuMemoryFactor`, the unit of every pod's `volcano.sh/vgpu-memory` (a request of N means
 N x factor MiB): adopted from the cluster when the operator configuration leaves it unset (a
 hand-set 10 is kept, not reset to 1), replaced only when set, and then said; and what a request
-of N means, in MiB, in the never-fit warnings (`doctor`'s statement: rule gpu-memory-factor,
-tests/unit/core/rules/test_rules_versions_nodes.py)."""
+of N means, in MiB, in every plan and in the never-fit warnings (`doctor`'s statement: rule
+gpu-memory-factor, tests/unit/core/rules/test_rules_versions_nodes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from typing import Any
 
 import yaml
 
+from tests.kit.plan_world import LATER, NOW, a100_cluster
 from tests.kit.volcano_fixtures import T_CHANGED, edit, findings, healthy, pod, replace
+from vgpu_operator.core.nodes.validate import parse_policy
+from vgpu_operator.core.plan import Plan, plan
 from vgpu_operator.core.volcano.render import render_device_config
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.core.volcano.unschedulable import FitContext, NodeShape, causes
@@ -101,7 +104,8 @@ def test_never_fit_warnings_say_what_a_request_means_in_mib() -> None:
     assert cause.message.startswith(
         "container main asks for 3000 (x gpuMemoryFactor 11: 33000 MiB) per vGPU, more than any "
         "GPU of the nodes that serve it in hami-core mode has: the largest has 2233 (x "
-        "gpuMemoryFactor 11: 24563 MiB). Fix: ask for at most 2233 "
+        "gpuMemoryFactor 11: 24563 MiB); volcano.sh/vgpu-memory: a request of N means N x 11 "
+        "MiB (gpuMemoryFactor 11, from the scheduler's default). Fix: ask for at most 2233 "
     )
     # MIG: the scheduler multiplies the request by the factor (instances are in MiB)
     a100 = NodeShape("mig", True, 1, 20480, (5120, 10240, 20480, 40960), 7)
@@ -110,6 +114,35 @@ def test_never_fit_warnings_say_what_a_request_means_in_mib() -> None:
     assert cause.message.startswith(
         "container main asks for 20481 (x gpuMemoryFactor 2: 40962 MiB) per vGPU in mig mode, "
         "but no MIG geometry of the MIG nodes' GPUs has an instance that large: the largest is "
-        "40960 MiB (kube-system/volcano-vgpu-device-config, knownMigGeometries). Fix: ask for at "
-        "most 20480 (x gpuMemoryFactor 2: 40960 MiB) of vGPU memory"
+        "40960 MiB (kube-system/volcano-vgpu-device-config, knownMigGeometries); "
+        "volcano.sh/vgpu-memory: a request of N means N x 2 MiB (gpuMemoryFactor 2, from the "
+        "scheduler's default). Fix: ask for at most 20480 (x gpuMemoryFactor 2: 40960 MiB) of "
+        "vGPU memory"
     )
+
+
+# --- plan: the unit, said in every plan (core.volcano.memory_unit) -----------------------------
+
+
+def unit_notes(p: Plan) -> list[str]:
+    return [n for n in p.notes if n.startswith("volcano.sh/vgpu-memory: a request of N means")]
+
+
+def test_every_plan_says_what_a_request_means_in_mib() -> None:
+    """Not only when the factor changes: a plan that changes nothing says it too."""
+    [line] = unit_notes(plan(healthy(), [], NOW))
+    assert line == (
+        "volcano.sh/vgpu-memory: a request of N means N x 1 MiB (gpuMemoryFactor 1, from "
+        "ConfigMap kube-system/volcano-vgpu-device-config)"
+    )
+    steady, live = a100_cluster()  # the operator config's factor 11, rendered by enforce
+    again = plan(steady, [parse_policy(live)], LATER)
+    assert not again.changes
+    [eleven] = unit_notes(again)
+    assert eleven.startswith("volcano.sh/vgpu-memory: a request of N means N x 11 MiB ")
+    assert "(gpuMemoryFactor 11, from " in eleven
+    # a hand-set 10 replaced by the operator config's 1: the unit once the writes are made
+    changed = plan(hand_set("10", load_config("gpuMemoryFactor: 1\n")), [], NOW)
+    assert [n.split(" (")[0] for n in unit_notes(changed)] == [
+        "volcano.sh/vgpu-memory: a request of N means N x 1 MiB"
+    ]

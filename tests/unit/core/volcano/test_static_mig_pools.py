@@ -103,7 +103,8 @@ def test_a_static_pool_raises_no_error() -> None:
     results = run_rules(snap)
     worse = [(f.id, f.message) for f in results.findings if f.severity != "info"]
     assert worse == []
-    assert {f.id for f in results.findings} == {"version-handshake"}  # v1.12.0 with v1.15.1
+    notes = {f.id for f in results.findings}
+    assert notes == {"version-handshake", "gpu-memory-factor"}  # v1.12.0 with v1.15.1; the unit
     assert [n["metadata"]["name"] for n in snap.vgpu_nodes] == ["gpu-a", "gpu-b"]
     assert [n["metadata"]["name"] for n in snap.mig_nodes] == ["gpu-b"]
 

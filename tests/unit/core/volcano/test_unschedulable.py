@@ -37,6 +37,11 @@ NUMBER, MEMORY, SHARE = (
     ("volcano.sh/vgpu-memory-percentage"),
 )
 MODE = "volcano.sh/vgpu-mode"
+# what every cause about memory also says: the unit of a request (core.volcano.memory_unit)
+UNIT = (
+    "volcano.sh/vgpu-memory: a request of N means N x 1 MiB (gpuMemoryFactor 1, from ConfigMap "
+    "kube-system/volcano-vgpu-device-config)"
+)
 
 
 def pending(
@@ -168,8 +173,9 @@ def test_mig_memory_larger_than_any_instance_of_the_geometries() -> None:
     assert cause.message == (
         "container main asks for 50000 MiB per vGPU in mig mode, but no MIG geometry of the MIG "
         "nodes' GPUs has an instance that large: the largest is 40186 MiB "
-        "(kube-system/volcano-vgpu-device-config, knownMigGeometries). Fix: ask for at most "
-        "40186 MiB of vGPU memory, or run the pod in hami-core mode (remove volcano.sh/vgpu-mode)"
+        "(kube-system/volcano-vgpu-device-config, knownMigGeometries); " + UNIT + ". Fix: ask "
+        "for at most 40186 MiB of vGPU memory, or run the pod in hami-core mode (remove "
+        "volcano.sh/vgpu-mode)"
     )
 
 
@@ -206,7 +212,8 @@ def test_memory_per_vgpu_larger_than_any_gpu() -> None:
     assert cause.id == "vgpu-memory-too-large" and cause.reason == "VGPUMemoryTooLarge"
     assert cause.message == (
         "container main asks for 30000 MiB per vGPU, more than any GPU of the nodes that serve "
-        "it in hami-core mode has: the largest has 24564. Fix: ask for at most 24564 (or for a "
+        "it in hami-core mode has: the largest has 24564; " + UNIT + ". Fix: ask for at most "
+        "24564 (or for a "
         "share of a GPU with volcano.sh/vgpu-memory-percentage), or add nodes with larger GPUs "
         "to a vGPU policy"
     )
@@ -235,6 +242,9 @@ def test_enough_gpus_and_large_enough_gpus_but_not_on_one_node() -> None:
     [cause] = causes(pending({NUMBER: "2", MEMORY: "40000"}), ctx)
     assert cause.id == "vgpu-number-too-large"
     assert "asks for 2 vGPUs of 40000 MiB each" in cause.message
+    assert "a request of N means N x 1 MiB (gpuMemoryFactor 1, from the scheduler's default)" in (
+        cause.message
+    )
     assert causes(pending({NUMBER: "8", MEMORY: "20000"}), ctx) == []
     assert causes(pending({NUMBER: "1", MEMORY: "80000"}), ctx) == []
 

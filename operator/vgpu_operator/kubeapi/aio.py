@@ -1,4 +1,6 @@
-"""Plain-JSON requests through a kubernetes-asyncio ApiClient: the one seam of every API call.
+"""The controller's client: plain-JSON requests through a kubernetes-asyncio ApiClient (aiohttp
+under it). `kubeapi.request` and the other names of the package's seam come from here; the node
+agent's client is `kubeapi.lite`, which shares the error tree, `resources` and `auth`.
 
 The generated typed models are slow to build for thousands of Nodes and their stubs reject plain
 dict bodies, so the operator reads and writes JSON dicts through `request` (and streams watches
@@ -16,11 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -28,7 +27,10 @@ from kubernetes_asyncio.client.rest import ApiException
 from prometheus_client import Counter, Gauge
 
 from vgpu_operator import contract
+from vgpu_operator.kubeapi.auth import AUTH_FAILING_HELP, AUTH_FAILING_NAME, AuthHealth
 from vgpu_operator.kubeapi.errors import (
+    API_ERRORS_HELP,
+    API_ERRORS_NAME,
     MESSAGE_LIMIT,
     ApiError,
     Forbidden,
@@ -37,74 +39,38 @@ from vgpu_operator.kubeapi.errors import (
     error_for,
     status_message,
 )
+from vgpu_operator.kubeapi.resources import (
+    JSON,
+    MERGE_PATCH,
+    METADATA_ONLY,
+    node_path,
+    object_ref,
+    policy_path,
+)
+from vgpu_operator.kubeapi.resources import (
+    verb as request_verb,
+)
+
+__all__ = [
+    "JSON",
+    "MERGE_PATCH",
+    "METADATA_ONLY",
+    "AuthHealth",
+    "Client",
+    "answer",
+    "node_path",
+    "object_ref",
+    "open_stream",
+    "policy_path",
+    "request",
+]
 
 log = logging.getLogger("vgpu_operator.kubeapi")
 
-MERGE_PATCH = "application/merge-patch+json"
-JSON = "application/json"
-# The response as metadata only (the apiserver converts any object to PartialObjectMetadata):
-# a fraction of a Node's size to serialize, send and decode.
-METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
-API_ERRORS = Counter(
-    "vgpu_operator_api_errors_total",
-    "Kubernetes API requests that failed, by HTTP status (0: no answer) and verb",
-    ["status", "verb"],
-)
-AUTH_FAILING = Gauge(
-    "vgpu_operator_api_auth_failing_seconds",
-    "How long the apiserver has refused the credentials (401) or the verbs (403) without a "
-    "success in between; 0 while requests are accepted",
-)
+API_ERRORS = Counter(API_ERRORS_NAME, API_ERRORS_HELP, ["status", "verb"])
+AUTH_FAILING = Gauge(AUTH_FAILING_NAME, AUTH_FAILING_HELP)
 
 Renew = Callable[[client.Configuration], Awaitable[bool]]
-
-
-@dataclass
-class AuthHealth:
-    """Persistent 401/403 answers: logged once a minute with what was refused, exported as
-    `vgpu_operator_api_auth_failing_seconds`, and unhealthy (for the liveness probe) once they
-    have lasted `bound` seconds with no accepted request in between.
-
-    A 403 on one verb does not mean the process is broken (RBAC may refuse one object), so only
-    a refusal that outlasts every success counts: any 2xx resets the clock."""
-
-    bound: float = 300.0
-    log_every: float = 60.0
-    clock: Callable[[], float] = time.monotonic
-    failing_since: float | None = None
-    last_refused: str = ""
-    _logged_at: float = -float("inf")
-
-    def refused(self, error: ApiError, verb: str) -> None:
-        now = self.clock()
-        if self.failing_since is None:
-            self.failing_since = now
-        self.last_refused = f"{verb} {error.path}: {error.status} {error.message}"
-        AUTH_FAILING.set(now - self.failing_since)
-        if now - self._logged_at >= self.log_every:
-            self._logged_at = now
-            log.error(
-                "the apiserver refuses this process's requests (%.0fs so far): %s",
-                now - self.failing_since,
-                self.last_refused,
-            )
-
-    def accepted(self) -> None:
-        if self.failing_since is not None:
-            log.info("the apiserver accepts this process's requests again")
-        self.failing_since = None
-        self._logged_at = -float("inf")
-        AUTH_FAILING.set(0)
-
-    def healthy(self) -> bool:
-        return self.failing_since is None or self.clock() - self.failing_since < self.bound
-
-    def problem(self) -> str:
-        """What the liveness probe reports while unhealthy."""
-        if self.healthy() or self.failing_since is None:
-            return ""
-        return f"refused for {self.clock() - self.failing_since:.0f}s: {self.last_refused}"
 
 
 class Client(client.ApiClient):
@@ -124,6 +90,8 @@ class Client(client.ApiClient):
         super().__init__(configuration=configuration)
         self.renew_credentials = renew
         self.auth = auth if auth is not None else AuthHealth()
+        if self.auth.export is None:
+            self.auth.export = AUTH_FAILING.set
         self._renewing: asyncio.Task[bool] | None = None
         if user_agent:
             self.user_agent = user_agent
@@ -156,7 +124,7 @@ async def open_stream(
     reads and releases it). Errors are the `kubeapi.errors` tree; a 401 renews the credentials
     and is retried once."""
     raw: Any = api
-    verb = _verb(method, query)
+    verb = request_verb(method, query)
     for attempt in (0, 1):
         try:
             resp = await raw.call_api(
@@ -286,43 +254,7 @@ async def answer(
     return int(resp.status), status_message(text) or text[:MESSAGE_LIMIT]
 
 
-def _verb(method: str, query: list[tuple[str, str]]) -> str:
-    if method == "GET":
-        return "watch" if ("watch", "true") in query else "get"
-    return method.lower()
-
-
 def _text(body: Any) -> str:
     if isinstance(body, bytes):
         return body.decode(errors="replace")
     return str(body or "")
-
-
-def node_path(name: str | None = None) -> str:
-    return "/api/v1/nodes" + (f"/{quote(name)}" if name else "")
-
-
-def policy_path(name: str | None = None, *, status: bool = False) -> str:
-    base = f"/apis/{contract.GROUP}/{contract.VERSION}/{contract.POLICY_PLURAL}"
-    if name is None:
-        return base
-    return f"{base}/{quote(name)}" + ("/status" if status else "")
-
-
-def object_ref(
-    kind: str, name: str, *, namespace: str | None = None, uid: str | None = None
-) -> dict[str, Any]:
-    """The reference an Event's involvedObject is built from (see `kubeapi.events`)."""
-    api_version = _API_VERSIONS.get(kind, "v1")
-    meta: dict[str, Any] = {"name": name, "uid": uid or None}
-    if namespace:
-        meta["namespace"] = namespace
-    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
-
-
-_API_VERSIONS = {
-    "Deployment": "apps/v1",
-    "DaemonSet": "apps/v1",
-    contract.POLICY_KIND: contract.API_VERSION,
-    "Lease": "coordination.k8s.io/v1",
-}

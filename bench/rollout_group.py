@@ -1,0 +1,163 @@
+"""One group of simulated GPU nodes of bench/rollout.py: its kwok nodes, one GPU pod on each, and
+the checks that it stands where a run starts (every node configured and reported by its agent).
+
+Nodes are named `<group>-<index, 5 digits>` (names of one width: no name is the start of
+another, so the floor's replay can swap names as text) and labelled `bench/group=<group>`; the
+pod on node X is `gpu-X` in NAMESPACE, with the same label, bound by `spec.nodeName` (what a
+scheduler would have done; kwok runs it), holding one of the pool's GPU resource, its
+termination grace 1 s (as the rollout tests' pods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from benchkit import CONCURRENCY, Progress, create_nodes, delete_nodes
+from vgpu_devcluster.nodes import NodeSpec
+from vgpu_operator import contract, kubeapi
+from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.rollout.arrive import hardware_applied
+from vgpu_operator.models.node import NodeConfig
+
+NAMESPACE = "bench-rollout"
+GROUP_LABEL = "bench/group"
+POOL = "bench/pool"  # what benchkit.create_nodes lists the new nodes by
+NODE_MODEL = "A100-SXM4-80GB"  # a devcluster.nodes key; the fake's catalog key is the same
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    size: int
+    gpus: int
+
+    @property
+    def selector(self) -> str:
+        return f"{GROUP_LABEL}={self.name}"
+
+    @property
+    def nodes(self) -> list[str]:
+        return [f"{self.name}-{i:05d}" for i in range(self.size)]
+
+
+async def namespace(api: Any, progress: Progress) -> None:
+    with contextlib.suppress(kubeapi.Conflict):
+        body = {"metadata": {"name": NAMESPACE}}
+        await kubeapi.request(api, "POST", "/api/v1/namespaces", body=body, field_manager=None)
+    while True:  # the controller manager creates its default ServiceAccount
+        try:
+            path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
+            await kubeapi.request(api, "GET", path)
+            return
+        except kubeapi.NotFound:
+            progress(f"the ServiceAccount default in {NAMESPACE}")
+            await asyncio.sleep(0.5)
+
+
+def gpu_pod(group: Group, node: str, resource: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"gpu-{node}", "labels": {GROUP_LABEL: group.name}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "registry.example/train:1",
+                    "resources": {"limits": {resource: "1"}},
+                }
+            ],
+        },
+    }
+
+
+async def create_group(api: Any, group: Group, progress: Progress) -> None:
+    """The nodes, Ready and untainted."""
+    labels = {GROUP_LABEL: group.name, POOL: group.name}
+    specs = [NodeSpec(name, NODE_MODEL, group.gpus, labels=labels) for name in group.nodes]
+    await create_nodes(api, specs, progress)
+
+
+async def place_pods(api: Any, group: Group, resource: str, progress: Progress) -> None:
+    """A Running GPU pod on each node. Placed once the pool stands at its start: a node that
+    runs GPU pods when its first configuration is released goes through the rollout gate if the
+    release may change its GPUs (core.rollout.arrival), which is not what is timed."""
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def create(node: str) -> None:
+        async with sem:
+            path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+            body = gpu_pod(group, node, resource)
+            await kubeapi.request(api, "POST", path, body=body, field_manager=None)
+
+    await asyncio.gather(*(create(n) for n in group.nodes))
+    while True:
+        listing = await kubeapi.request(
+            api,
+            "GET",
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            query={"labelSelector": group.selector},
+        )
+        running = sum(
+            1
+            for p in listing.get("items") or []
+            if (p.get("status") or {}).get("phase") == "Running"
+        )
+        progress(f"kwok to run the group's GPU pods: {running}/{group.size} Running")
+        if running >= group.size:
+            return
+        await asyncio.sleep(1)
+
+
+async def delete_group(api: Any, group: Group) -> None:
+    """Its pods (at once), then its nodes."""
+    await kubeapi.request(
+        api,
+        "DELETE",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        query={"labelSelector": group.selector, "gracePeriodSeconds": "0"},
+    )
+    await delete_nodes(api, set(group.nodes))
+
+
+def configured_as(obj: dict[str, Any], mode: str) -> bool:
+    """The node has a released configuration of `mode`, its agent reports `success` with that
+    configuration's hardware applied, and no transition is under way on it."""
+    meta = obj["metadata"]
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    config = NodeConfig.from_annotation(annotations.get(contract.ANN_CONFIG))
+    return (
+        config is not None
+        and config.mode == mode
+        and labels.get(contract.LABEL_STATE) == "success"
+        and hardware_applied(node_facts(obj), config)
+        and contract.ANN_ROLLOUT not in annotations
+        and not (obj.get("spec") or {}).get("unschedulable")
+    )
+
+
+async def wait_configured(api: Any, group: Group, mode: str, progress: Progress) -> None:
+    """Until every node of the group is `configured_as` `mode`."""
+    while True:
+        listing = await kubeapi.request(
+            api, "GET", kubeapi.node_path(), query={"labelSelector": group.selector}
+        )
+        done = sum(1 for obj in listing.get("items") or [] if configured_as(obj, mode))
+        progress(f"nodes configured as {mode} and reported by their agents: {done}/{group.size}")
+        if done >= group.size:
+            return
+        await asyncio.sleep(1)
+
+
+async def node_uids(api: Any, group: Group) -> dict[str, str]:
+    listing = await kubeapi.request(
+        api, "GET", kubeapi.node_path(), query={"labelSelector": group.selector}
+    )
+    return {o["metadata"]["name"]: o["metadata"]["uid"] for o in listing.get("items") or []}
