@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchkit import CONCURRENCY, bench_cluster, log, machine, phase, run
+from benchkit import CONCURRENCY, bench_cluster, log, machine, run
 from convergence import OperatorProcess
-from scale import PODS_PER_NODE, SETTLE, populate, settled_tree_memory
+from scale import PODS_PER_NODE, SETTLE, held_memory, populate
 from vgpu_devcluster.install import install_operator_access
 from vgpu_operator.kubeapi.credentials import Credentials
 
@@ -60,23 +60,13 @@ async def measure(
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
-    try:
-        await phase(
-            f"operator ({label}) holding {gpu_pods} GPU pods",
-            300 + gpu_pods * 0.2,
-            lambda progress: operator.wait_until(
-                f"its pod index to hold the {gpu_pods} GPU pods and its first pass",
-                lambda b: (
-                    bool(b.get("podIndexSynced"))
-                    and b.get("gpuPods") == gpu_pods
-                    and int(b.get("reconcilePasses") or 0) >= 1
-                ),
-                progress,
-            ),
-        )
-        own, tree_mem = await settled_tree_memory(operator.proc.pid, SETTLE)
-    finally:
-        operator.stop()
+    own, tree_mem = await held_memory(
+        operator,
+        f"operator ({label}) holding {gpu_pods} GPU pods",
+        300 + gpu_pods * 0.2,
+        gpu_pods,
+        SETTLE,
+    )
     return Measured(label, own, tree_mem)
 
 

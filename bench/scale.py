@@ -298,10 +298,21 @@ async def memory_run(
     kopf_mem = await bare_kopf_memory(cluster, pods, settle) if bare_kopf else None
 
     operator = OperatorProcess(kubeconfig, cluster.workdir / "bench-operator.log")
+    op_mem, op_tree = await held_memory(
+        operator, f"operator listing {pods} pods", 300 + pods * 0.02, gpu_pods, settle
+    )
+    return Memory(n, pods, gpu_pods, op_mem, op_tree, kopf_mem)
+
+
+async def held_memory(
+    operator: OperatorProcess, what: str, deadline: float, gpu_pods: int, settle: float
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The operator's memory and its process tree's (RSS, peak) once its pod index holds the
+    `gpu_pods` GPU pods and its first pass is done, and `settle` seconds more; then it stops."""
     try:
         await phase(
-            f"operator listing {pods} pods",
-            300 + pods * 0.02,
+            what,
+            deadline,
             lambda progress: operator.wait_until(
                 f"its pod index to hold the {gpu_pods} GPU pods and its first pass",
                 lambda b: (
@@ -312,10 +323,9 @@ async def memory_run(
                 progress,
             ),
         )
-        op_mem, op_tree = await settled_tree_memory(operator.proc.pid, settle)
+        return await settled_tree_memory(operator.proc.pid, settle)
     finally:
         operator.stop()
-    return Memory(n, pods, gpu_pods, op_mem, op_tree, kopf_mem)
 
 
 async def bare_kopf_memory(cluster: LocalCluster, pods: int, settle: float) -> tuple[float, float]:
