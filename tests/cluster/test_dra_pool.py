@@ -34,7 +34,7 @@ from tests.cluster.volcano_env import (
     volcano_env,
 )
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
-from tests.kit.drakit import kubelet_plugin_daemonset
+from tests.kit.drakit import claim_pod, kubelet_plugin_daemonset
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.dra_kubelet import KubeletPluginSimulator
 from vgpu_devcluster.dra_publish import (
@@ -65,22 +65,6 @@ def claim_template(name: str) -> dict[str, Any]:
                     "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
                 }
             }
-        },
-    }
-
-
-def claim_pod(name: str, template: str) -> dict[str, Any]:
-    """A pod of the claim workload: kube-scheduler places it (no nodeName, no toleration)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
         },
     }
 

@@ -22,6 +22,7 @@ from kubernetes_asyncio import client
 from tests.cluster.helpers import event_reasons, eventually, unique
 from tests.cluster.rbackit import session_values
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
+from tests.kit.drakit import claim_pod
 from vgpu_devcluster import fakesmi_state as fs
 from vgpu_devcluster.dra_publish import (
     install_device_classes,
@@ -51,22 +52,6 @@ def template(name: str, device_class: str) -> dict[str, Any]:
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name},
         "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
-
-
-def claim_pod(name: str) -> dict[str, Any]:
-    """A pod of the template of the same name; kube-scheduler places it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name}],
-        },
     }
 
 
@@ -120,7 +105,9 @@ async def test_claim_pods_that_never_fit_get_their_warning_and_one_that_fits_non
                 field_manager=None,
             )
             path = f"/api/v1/namespaces/{namespace}/pods"
-            await kubeapi.request(api, "POST", path, body=claim_pod(name), field_manager=None)
+            await kubeapi.request(
+                api, "POST", path, body=claim_pod(name, name, grace=0), field_manager=None
+            )
         expected = {
             "mig": Counter({"NoMatchingDRADevice": 1}),
             "tpu": Counter({"DeviceClassMissing": 1}),

@@ -32,3 +32,20 @@ def stored_device_classes(minor: int = 35) -> list[dict[str, Any]]:
             spec.pop("extendedResourceName", None)
         out.append({**dc, "spec": spec})
     return out
+
+
+def claim_pod(name: str, template: str, grace: int = 1) -> dict[str, Any]:
+    """A pod holding one claim made from the ResourceClaimTemplate `template`: kube-scheduler
+    places it (no nodeName, no toleration)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+        },
+    }
