@@ -25,10 +25,10 @@ from vgpu_operator.controller.kept import IndexedNode, PolicyEntry
 from vgpu_operator.controller.pods import PodIndex
 from vgpu_operator.controller.policies import PolicyCache
 from vgpu_operator.core.nodes.facts import NodeFacts
-from vgpu_operator.core.rules.base import Finding
 from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues, plugin_node_values
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.findings import Finding
 from vgpu_operator.waiting import wait_set
 
 log = logging.getLogger("vgpu_operator.controller")

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from kubernetes_asyncio import client
 
-from vgpu_operator import contract, kubeapi
+from vgpu_operator import contract, heap, kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.controller.kept import PolicyEntry
@@ -183,6 +183,8 @@ class Reconciler:
             metrics.RECONCILES.labels(result="error").inc()
             self._full = True  # the retry is a full pass
             raise
+        if full:
+            heap.give_back()  # a full pass's plans and patches (vgpu_operator/heap.py)
         return full
 
     async def reconcile(self, *, full: bool, only: set[str]) -> None:

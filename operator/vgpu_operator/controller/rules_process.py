@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from vgpu_operator import heap
+
 MODULES = ("vgpu_operator.core.rules",)  # imported by the worker: registers the rules
 
 
@@ -67,6 +69,7 @@ def serve(conn: Any, modules: Sequence[str]) -> None:
         # is about 20 MiB, freed here rather than when the next one arrives.
         del snapshot, chosen
         gc.collect()
+        heap.give_back()
 
 
 def main(argv: Sequence[str]) -> int:

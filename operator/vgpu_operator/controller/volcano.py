@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from vgpu_operator import kubeapi
+from vgpu_operator import heap, kubeapi
 from vgpu_operator.controller import metrics
 from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
@@ -41,10 +41,10 @@ from vgpu_operator.controller.write_results import (
     write_backoff,
 )
 from vgpu_operator.core.findings import finding_counts, finding_key, new_finding_events
-from vgpu_operator.core.rules.base import Finding, ObjectRef
 from vgpu_operator.core.volcano import restarts as planner
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 from vgpu_operator.models.config import OperatorConfig
+from vgpu_operator.models.findings import Finding, ObjectRef
 from vgpu_operator.models.volcano import registration
 from vgpu_operator.waiting import run_passes, wait_set
 
@@ -221,6 +221,7 @@ class VolcanoReconciler:
         changed = self._report(snapshot, results.findings)
         self.published.snapshot, self.published.read_at = snapshot, self._read_at
         self.passed(snapshot, changed)
+        heap.give_back()  # the pass's pickled snapshot and payloads (vgpu_operator/heap.py)
 
     # -- enforce ----------------------------------------------------------------------------
     async def _enforce(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from vgpu_operator.core.rules.base import Finding, ObjectRef
+from vgpu_operator.models.findings import Finding, ObjectRef
 
 CONDITION = "ConfigConsistent"
 MAX_LISTED = 5

@@ -39,8 +39,6 @@ from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.refusals import refusal_scheduler, refuse_policies
 from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout.leave import plan_with_leaves
-from vgpu_operator.core.rules import run_rules
-from vgpu_operator.core.rules.base import Finding
 from vgpu_operator.core.volcano.memory_unit import plugin_memory_unit
 from vgpu_operator.core.volcano.plugin_refusal import snapshot_plugin_values
 from vgpu_operator.core.volcano.restarts import RestartSettings
@@ -53,6 +51,7 @@ from vgpu_operator.core.volcano.writes import (
     installed,
     plan_writes,
 )
+from vgpu_operator.models.findings import Finding
 from vgpu_operator.models.policy import VGPUNodePolicySpec
 from vgpu_operator.models.volcano import registration
 
@@ -224,6 +223,10 @@ def plan(
         notes.append("mode: report: the operator writes only the nodes; doctor names the rest")
     # the unit of every pod's vgpu-memory request once the writes are made, said always
     notes.append(plugin_memory_unit(after).line(after.config.resource_names.memory))
+    # Imported here: the controller imports this module for observe mode, and in enforce mode
+    # it never plans, so its process does not hold every rule (they run in its rules worker).
+    from vgpu_operator.core.rules import run_rules
+
     before_findings = {_key(f): f for f in run_rules(s).findings}
     after_findings = {_key(f): f for f in run_rules(after).findings}
     return Plan(
