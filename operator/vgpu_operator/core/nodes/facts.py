@@ -43,7 +43,7 @@ def taint_value(taint: Mapping[str, Any]) -> str:
     return str(taint.get("value") or "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeFacts:
     """A Node as the core sees it. `taints` are the raw dicts, kept verbatim (`timeAdded` and
     all) because a taint list PATCH must give back every taint the operator does not own."""
@@ -90,9 +90,19 @@ class NodeFacts:
         return {taint_key(t): t for t in self.taints}
 
 
-def _str_map(raw: Any) -> dict[str, str]:
-    if not isinstance(raw, Mapping):
-        return {}
+# One empty mapping for the many nodes with no contract annotation and no parse error: the
+# facts are frozen and read through `Mapping`, never written.
+_NONE: Mapping[str, str] = {}
+
+
+def _str_map(raw: Any) -> Mapping[str, str]:
+    """`raw` as a map of strings: itself when it is one already (a decoded Node's labels: the
+    facts share the dict with the object they were read from, which is kept as well), else a
+    copy of its non-null entries as strings."""
+    if not isinstance(raw, Mapping) or not raw:
+        return _NONE
+    if type(raw) is dict and all(type(k) is str and type(v) is str for k, v in raw.items()):
+        return raw
     return {str(k): str(v) for k, v in raw.items() if v is not None}
 
 
@@ -102,7 +112,7 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
     spec = raw.get("spec") or {}
     labels = _str_map(metadata.get("labels"))
     all_annotations = _str_map(metadata.get("annotations"))
-    annotations = {k: v for k, v in all_annotations.items() if k in CONTRACT_ANNOTATIONS}
+    annotations = {k: v for k, v in all_annotations.items() if k in CONTRACT_ANNOTATIONS} or _NONE
     taints = tuple(dict(t) for t in (spec.get("taints") or []) if isinstance(t, Mapping))
     status = raw.get("status") or {}
     capacity = _str_map(status.get("capacity") or status.get("allocatable"))
@@ -127,8 +137,9 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
         owned=owned,
         target=config_of(contract.ANN_TARGET),
         config=config_of(contract.ANN_CONFIG),
-        errors=errors,
-        capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)},
+        errors=errors or _NONE,
+        capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)}
+        or _NONE,
         unschedulable=spec.get("unschedulable") is True,
         disowned=disowned,
     )

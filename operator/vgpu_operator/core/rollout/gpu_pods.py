@@ -11,11 +11,13 @@ of a pod only what the rules, the fit checks (`core.volcano.unschedulable`) and 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vgpu_operator.core.nodes.textcache import TextCache
 from vgpu_operator.core.rollout.arrive import GpuPod
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig
@@ -184,13 +186,40 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
     return out
 
 
+# Parts of a kept pod that its siblings repeat: a Deployment's replicas carry the same
+# containers, labels and owner, and every running pod the same Ready condition. Kept once, by
+# their JSON text, in a cache bounded in bytes (the pods are anyone's who may create them).
+# Kept pods are read, never written, so one object serves every pod that has an equal part.
+SHARED_PARTS = TextCache(budget=4 * 1024 * 1024)
+
+
+def _shared(value: Any) -> Any:
+    if not value:
+        return value
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return SHARED_PARTS.get("pod-part", text, lambda _text: value)
+
+
+def shared_parts(pod: Obj) -> Obj:
+    """`pod` (compact, interned) with its repeated parts replaced by equal ones already kept."""
+    meta, spec, status = pod["metadata"], pod["spec"], pod["status"]
+    for key in ("labels", "ownerReferences"):
+        if key in meta:
+            meta[key] = _shared(meta[key])
+    for key in ("containers", "initContainers"):
+        spec[key] = _shared(spec[key])
+    if "conditions" in status:
+        status["conditions"] = _shared(status["conditions"])
+    return pod
+
+
 def gpu_pod(resources: GpuResources) -> Callable[[Mapping[str, Any]], Obj | None]:
     """The pod index's parse: the compact pod if it holds GPU resources, else None (not kept)."""
 
     def parse(pod: Mapping[str, Any]) -> Obj | None:
         if not holds_gpu(pod, resources):
             return None
-        kept: Obj = interned(compact_pod(pod))
+        kept: Obj = shared_parts(interned(compact_pod(pod)))
         return kept
 
     return parse

@@ -191,6 +191,35 @@ def test_kept_pods_share_their_strings() -> None:
     assert interned({"a": ["x", 1, None]}) == {"a": ["x", 1, None]}
 
 
+def test_replicas_share_their_containers_labels_and_owner() -> None:
+    """A Deployment's replicas repeat their containers, labels and owner: the index keeps each
+    once (SHARED_PARTS), and a pod whose part differs keeps its own."""
+    parse = gpu_pod(DEFAULTS)
+
+    def replica(name: str, image: str) -> dict[str, Any]:
+        body = pod({"nvidia.com/gpu": "1"})
+        body["metadata"] = {
+            "name": name,
+            "namespace": "team",
+            "labels": {"app": "train", "pod-template-hash": "5d8f7c9b4"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "train-5d8f7c9b4", "uid": "u"}],
+        }
+        body["spec"]["containers"][0]["image"] = image
+        body["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        return json.loads(json.dumps(body))  # decoded apart, as two watch events are
+
+    a, b = parse(replica("a", "train:1")), parse(replica("b", "train:1"))
+    other = parse(replica("c", "train:2"))
+    assert a is not None and b is not None and other is not None
+    for path in (("metadata", "labels"), ("metadata", "ownerReferences"), ("spec", "containers")):
+        assert a[path[0]][path[1]] is b[path[0]][path[1]], path
+    assert a["status"]["conditions"] is b["status"]["conditions"]
+    assert other["spec"]["containers"] is not a["spec"]["containers"]
+    assert other["spec"]["containers"][0]["image"] == "train:2"
+    assert other["metadata"]["labels"] is a["metadata"]["labels"]
+    assert a == compact_pod(replica("a", "train:1"))  # what is kept is unchanged
+
+
 # The GPU Operator's time-slicing ConfigMap, one config per key (the plugin's README example at
 # NVIDIA/k8s-device-plugin@v0.17.0:README.md, "With CUDA Time-Slicing", renameByDefault).
 SHARED_CONFIG = """\
