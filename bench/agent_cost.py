@@ -33,42 +33,34 @@ with a bearer token; the agent logs in as in a pod, from a ServiceAccount direct
 in-cluster path). `--kubeconfig F --node N` measures against a real cluster instead: the
 floors watch node N, the agents run with `--kubeconfig F` against N (it must exist).
 
-Usage: python bench/agent_cost.py [--idle S] [--settle S] [--repeat K] [--gpus N]
+The parts: the stand-in for the apiserver (bench/agent_cost_apiserver.py), the processes and
+their readings (bench/agent_cost_processes.py); here, the import rows, the run and the report.
+
+`--jobs J` measures J import rows at once (default 1): each row is its own interpreter's memory,
+so only the time changes (the smoke test runs 2).
+
+Usage: python bench/agent_cost.py [--idle S] [--settle S] [--repeat K] [--gpus N] [--jobs J]
                                   [--agent-tree LABEL=DIR ...] [--kubeconfig F --node N]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import copy
 import datetime as dt
-import json
-import os
 import signal
-import socket
-import ssl
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from benchkit import die_with_parent, log, machine, memory
-from importkit import ImportCost, base_env, commit, import_rss, versions
+from agent_cost_apiserver import cluster_server, local_apiserver
+from agent_cost_processes import GPU_MODEL, Measured, agent, floors, measure, wait_ready
+from benchkit import log, machine
+from importkit import ImportCost, commit, import_rss_rows, versions
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-TOKEN = "bench-agent-cost-token"
-GPU_MODEL = "A100-SXM4-80GB"
 RELEASED = {
     "mode": "mig",
     "mig": {"partitioning": "static", "layout": [{"gpus": "all", "profiles": {"1g.10gb": 7}}]},
@@ -141,485 +133,6 @@ def agent_imports(tree: Path | None) -> list[str]:
     return AGENT_IMPORTS if lite else AGENT_IMPORTS_KUBERNETES_ASYNCIO
 
 
-# --- the local apiserver ----------------------------------------------------------------------
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def status(code: int, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-            "code": code}  # fmt: skip
-
-
-class Apiserver:
-    """Nodes in memory, their watch streams, and a count of the requests each client made."""
-
-    def __init__(self, nodes: dict[str, dict[str, str]]) -> None:
-        self.lock = threading.Condition()
-        self.rv = 1
-        self.nodes = {name: self._node(name, ann) for name, ann in nodes.items()}
-        self.events: list[tuple[int, str, dict[str, Any]]] = []  # (rv, type, node)
-        self.watching: dict[str, int] = {}  # node -> open watches
-        self.requests: dict[str, int] = {}  # user agent -> requests
-        self.stopped = False
-
-    def _node(self, name: str, annotations: dict[str, str]) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "uid": f"uid-{name}",
-                "resourceVersion": str(self.rv),
-                "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
-                "annotations": dict(annotations),
-            },
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }
-
-    def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        with self.lock:
-            node = merge_patch(self.nodes[name], body)
-            self.rv += 1
-            node["metadata"]["resourceVersion"] = str(self.rv)
-            self.nodes[name] = node
-            self.events.append((self.rv, "MODIFIED", copy.deepcopy(node)))
-            self.lock.notify_all()
-            return node
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopped = True
-            self.lock.notify_all()
-
-
-def handler_for(api: Apiserver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def reply(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def route(self) -> tuple[str, dict[str, list[str]]] | None:
-            agent = self.headers.get("User-Agent", "")
-            with api.lock:
-                api.requests[agent] = api.requests.get(agent, 0) + 1
-            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                self.reply(401, status(401, "Unauthorized"))
-                return None
-            url = urlsplit(self.path)
-            return url.path, parse_qs(url.query)
-
-        def body(self) -> Any:
-            return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-
-        def do_GET(self) -> None:
-            routed = self.route()
-            if routed is None:
-                return
-            path, query = routed
-            if path.startswith("/api/v1/nodes/"):
-                name = path.rsplit("/", 1)[1]
-                with api.lock:
-                    node = copy.deepcopy(api.nodes.get(name))
-                if node is None:
-                    self.reply(404, status(404, f'nodes "{name}" not found'))
-                else:
-                    self.reply(200, node)
-                return
-            if path != "/api/v1/nodes":
-                self.reply(404, status(404, "not found"))
-                return
-            selector = (query.get("fieldSelector") or [""])[0]
-            name = selector.removeprefix("metadata.name=")
-            if query.get("watch", [""])[0] in ("true", "1"):
-                self.watch(name, int(query.get("resourceVersion", ["0"])[0] or 0), query)
-                return
-            with api.lock:
-                items = [copy.deepcopy(api.nodes[name])] if name in api.nodes else []
-                listing = {
-                    "kind": "NodeList",
-                    "apiVersion": "v1",
-                    "metadata": {"resourceVersion": str(api.rv)},
-                    "items": items,
-                }
-            self.reply(200, listing)
-
-        def watch(self, name: str, since: int, query: dict[str, list[str]]) -> None:
-            seconds = float((query.get("timeoutSeconds") or ["300"])[0])
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            self.wfile.flush()
-            deadline = time.monotonic() + seconds
-            with api.lock:
-                api.watching[name] = api.watching.get(name, 0) + 1
-            try:
-                while True:
-                    with api.lock:
-                        fresh = [(rv, t, o) for rv, t, o in api.events if rv > since and
-                                 o["metadata"]["name"] == name]  # fmt: skip
-                        left = deadline - time.monotonic()
-                        if not fresh and not api.stopped and left > 0:
-                            api.lock.wait(left)
-                            continue
-                    if api.stopped or (not fresh and left <= 0):
-                        break
-                    for rv, kind, obj in fresh:
-                        line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-                        since = rv
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            except OSError:
-                self.close_connection = True
-            finally:
-                with api.lock:
-                    api.watching[name] -= 1
-
-        def do_PATCH(self) -> None:
-            routed = self.route()
-            if routed is None:
-                return
-            path, _ = routed
-            name = path.rsplit("/", 1)[1]
-            if not path.startswith("/api/v1/nodes/") or name not in api.nodes:
-                self.reply(404, status(404, f'nodes "{name}" not found'))
-                return
-            body = self.body()
-            want = (body.get("metadata") or {}).get("resourceVersion")
-            with api.lock:
-                current = api.nodes[name]["metadata"]["resourceVersion"]
-            if want is not None and want != current:
-                self.reply(409, status(409, "the object has been modified"))
-                return
-            self.reply(200, api.patch(name, body))
-
-        def do_POST(self) -> None:
-            routed = self.route()
-            if routed is None:
-                return
-            path, _ = routed
-            body = self.body()
-            if not path.endswith("/events"):
-                self.reply(404, status(404, "not found"))
-                return
-            self.reply(201, body)
-
-    return Handler
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A serving certificate for 127.0.0.1 (its own CA), and its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-apiserver")])
-    now = dt.datetime.now(dt.UTC)
-    import ipaddress
-
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "serving.crt", directory / "serving.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-@contextlib.contextmanager
-def local_apiserver(directory: Path, nodes: dict[str, dict[str, str]]) -> Iterator[Server]:
-    api = Apiserver(nodes)
-    cert, key = self_signed(directory)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(api))
-    server.daemon_threads = True
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, name="apiserver", daemon=True)
-    thread.start()
-    token = directory / "token"
-    token.write_text(TOKEN + "\n")
-    try:
-        yield Server(f"https://127.0.0.1:{server.server_address[1]}", cert, token, api=api)
-    finally:
-        api.stop()
-        server.shutdown()
-        server.server_close()
-
-
-@dataclass
-class Server:
-    """Where the clients connect, with what: a bearer token file, or a client certificate."""
-
-    url: str
-    ca: Path
-    token: Path | None = None
-    cert: Path | None = None
-    key: Path | None = None
-    api: Apiserver | None = None  # the local one; None for a real cluster
-    kubeconfig: Path | None = None
-
-    def floor_words(self, node: str) -> list[str]:
-        words = [f"server={self.url}", f"node={node}", f"ca={self.ca}"]
-        if self.token:
-            words.append(f"token={self.token}")
-        if self.cert and self.key:
-            words += [f"cert={self.cert}", f"key={self.key}"]
-        return words
-
-
-def cluster_server(kubeconfig: Path, directory: Path) -> Server:
-    """A real cluster's connection, from a kubeconfig, for the floors (which read no YAML)."""
-    from vgpu_operator.kubeapi.credentials import Credentials
-
-    cfg = asyncio.run(Credentials(kubeconfig=str(kubeconfig)).configuration())
-    token = None
-    bearer = cfg.api_key.get("BearerToken")
-    if bearer:
-        token = directory / "floor-token"
-        token.write_text(str(bearer).removeprefix("Bearer ").strip())
-    if not cfg.ssl_ca_cert:
-        raise SystemExit(f"{kubeconfig}: the floors need the cluster's CA (https only)")
-    return Server(
-        url=str(cfg.host),
-        ca=Path(cfg.ssl_ca_cert),
-        token=token,
-        cert=Path(cfg.cert_file) if cfg.cert_file else None,
-        key=Path(cfg.key_file) if cfg.key_file else None,
-        kubeconfig=kubeconfig,
-    )
-
-
-# --- the processes ----------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    label: str
-    argv: list[str]
-    env: dict[str, str]
-    logfile: Path
-    ready: Callable[[Measured], bool]
-    waiting_for: str
-    proc: subprocess.Popen[bytes] | None = None
-    cpu_start: float = 0.0
-    cpu_end: float = 0.0
-    rss: float = 0.0
-    peak: float = 0.0
-    grpc_mapped: bool | None = None
-    node: str | None = None
-    state_file: Path | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def start(self) -> None:
-        with self.logfile.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=self.logfile.parent,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        if self.state_file is not None:
-            from vgpu_devcluster import fakesmi_state
-
-            fakesmi_state.kill_strays(self.state_file)
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime + cutime + cstime of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
-
-
-def maps_grpc(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return "cygrpc" in Path(f"/proc/{pid}/maps").read_text()
-    return False
-
-
-def floors(server: Server, node: str, directory: Path) -> list[Measured]:
-    out = []
-    for kind, label in (
-        ("stdlib", "floor: standard library only (http.client, ssl), one Node watch"),
-        ("aiohttp", "floor: aiohttp, one Node watch"),
-    ):
-        out.append(
-            Measured(
-                label=label,
-                argv=[
-                    sys.executable,
-                    str(BENCH / "watch_floor.py"),
-                    kind,
-                    *server.floor_words(node),
-                ],
-                env=base_env(),
-                logfile=directory / f"floor-{kind}.log",
-                ready=lambda m: "watching" in m.output(),
-                waiting_for="its watch to open (`watching`)",
-            )
-        )
-    return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def agent(
-    label: str, tree: Path | None, node: str, server: Server, directory: Path, gpus: int
-) -> Measured:
-    from vgpu_devcluster import fakesmi_state
-    from vgpu_devcluster.agentproc import FakeGpus
-
-    fake = FakeGpus.create(directory / node, node, GPU_MODEL, gpus)
-    env = base_env()
-    env["NODE_NAME"] = node
-    env[fakesmi_state.ENV_STATE] = str(fake.state)
-    env.pop(fakesmi_state.ENV_PID_NAMESPACE, None)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
-    argv = [
-        sys.executable, "-m", "vgpu_operator.commands.cli", "agent",
-        "--resync=300", "--retry=30", "--timeout=60",
-        f"--liveness=http://127.0.0.1:{free_port()}/healthz",
-        "--log-format=text", f"--metrics-port={free_port()}",
-        "--pod-resources-socket=", f"--nvidia-smi={fake.binary}",
-    ]  # fmt: skip
-    if server.kubeconfig is not None:
-        argv.append(f"--kubeconfig={server.kubeconfig}")
-    else:  # as in a pod: the ServiceAccount directory and the service's address
-        sa = directory / f"sa-{node}"
-        sa.mkdir()
-        (sa / "token").write_text(TOKEN)
-        (sa / "ca.crt").write_bytes(server.ca.read_bytes())
-        url = urlsplit(server.url)
-        env.update(
-            VGPU_SERVICEACCOUNT_DIR=str(sa),
-            KUBERNETES_SERVICE_HOST=url.hostname or "",
-            KUBERNETES_SERVICE_PORT=str(url.port),
-            HOME=str(directory),  # no ~/.kube/config to fall back on
-        )
-
-    def ready(m: Measured) -> bool:
-        if "outcome:" not in m.output():
-            return False
-        return server.api is None or server.api.watching.get(node, 0) > 0
-
-    return Measured(
-        label=f"agent ({label})",
-        argv=argv,
-        env=env,
-        logfile=directory / f"agent-{node}.log",
-        ready=ready,
-        waiting_for="its first outcome logged and its Node watch open",
-        node=node,
-        state_file=fake.state,
-    )
-
-
-def wait_ready(processes: list[Measured], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    waiting = list(processes)
-    while waiting:
-        for m in list(waiting):
-            assert m.proc is not None
-            if m.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{m.label} exited ({m.proc.returncode}); its output:\n{m.output()[-3000:]}"
-                )
-            if m.ready(m):
-                log(f"ready: {m.label}")
-                waiting.remove(m)
-        if waiting and time.monotonic() > deadline:
-            m = waiting[0]
-            raise RuntimeError(
-                f"no end after {seconds:.0f}s: {m.label} was waiting for {m.waiting_for}; "
-                f"its output:\n{m.output()[-3000:]}"
-            )
-        time.sleep(0.1)
-
-
-def measure(processes: list[Measured], settle: float, idle: float) -> None:
-    time.sleep(settle)
-    for m in processes:
-        m.cpu_start = cpu_seconds(m.pid)
-    log(f"idle window: {idle:g}s")
-    time.sleep(idle)
-    for m in processes:
-        m.cpu_end = cpu_seconds(m.pid)
-        m.rss, m.peak = memory(m.pid)
-        m.grpc_mapped = maps_grpc(m.pid)
-
-
 # --- the report -------------------------------------------------------------------------------
 
 
@@ -636,7 +149,7 @@ def report(
         f"Machine: {machine()}",
         f"Versions: {versions(PACKAGES.values())}",
         f"Control plane: {control_plane}; settle {args.settle:g} s, idle window {args.idle:g} s, "
-        f"import rows the median of {args.repeat} interpreters",
+        f"import rows the median of {args.repeat} interpreters, {args.jobs} at once",
         "",
         "| process (idle) | RSS MiB | peak MiB | CPU s in the window | % of a core |",
         "|---|---:|---:|---:|---:|",
@@ -692,7 +205,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kubeconfig", type=Path, help="a real cluster instead of the local server")
     p.add_argument("--node", help="with --kubeconfig: the Node the floors and agents watch")
     p.add_argument("--no-imports", action="store_true", help="skip the import rows")
+    p.add_argument("--jobs", type=int, default=1, help="import rows measured at once (default 1)")
     args = p.parse_args(argv)
+    if args.jobs < 1 or args.repeat < 1:
+        p.error("--jobs and --repeat must be at least 1")
     if args.kubeconfig and not args.node:
         p.error("--kubeconfig needs --node")
     return args
@@ -746,15 +262,17 @@ def run(args: argparse.Namespace) -> str:
         agent_sets: list[tuple[str, ImportCost]] = []
         empty = directory / "imports"
         empty.mkdir()
-        bare = import_rss([], args.repeat, empty).rss
+        wanted: list[tuple[list[str], Path | None]] = [([], None)]
         if not args.no_imports:
-            for label, modules in DEPENDENCIES:
-                log(f"imports: {label}")
-                deps.append((label, import_rss(modules, args.repeat, empty)))
-            for label, tree in trees:
-                log(f"imports: the agent's set ({label})")
-                modules = agent_imports(tree)
-                agent_sets.append((label, import_rss(modules, args.repeat, empty, tree)))
+            wanted += [(modules, None) for _, modules in DEPENDENCIES]
+            wanted += [(agent_imports(tree), tree) for _, tree in trees]
+        log(f"imports: {len(wanted)} rows, {args.jobs} at once")
+        bare_cost, *costs = import_rss_rows(wanted, args.repeat, empty, args.jobs)
+        bare = bare_cost.rss
+        if not args.no_imports:
+            dep_costs, sets = costs[: len(DEPENDENCIES)], costs[len(DEPENDENCIES) :]
+            deps = [(label, c) for (label, _), c in zip(DEPENDENCIES, dep_costs, strict=True)]
+            agent_sets = [(label, c) for (label, _), c in zip(trees, sets, strict=True)]
     return report(processes, bare, deps, agent_sets, args, control_plane)
 
 

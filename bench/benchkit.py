@@ -278,7 +278,7 @@ async def create_nodes(api: Any, specs: list[NodeSpec], progress: Progress) -> N
         progress(f"nodes Ready: {ready}/{len(specs)}")
         if ready >= len(specs):
             return
-        await asyncio.sleep(3)
+        await asyncio.sleep(min(3.0, 0.25 + len(specs) / 400))  # a few nodes: no 3 s wait
 
 
 async def delete_nodes(api: Any, names: set[str]) -> None:
@@ -290,3 +290,47 @@ async def delete_nodes(api: Any, names: set[str]) -> None:
                 await kubeapi.request(api, "DELETE", kubeapi.node_path(name))
 
     await asyncio.gather(*(delete(name) for name in names))
+
+
+# --- CPU over a window ------------------------------------------------------------------------
+
+
+class CpuWindow:
+    """The CPU seconds each named part spends from this object's creation to `done()`: `parts`
+    maps a name to a reading of that part's CPU seconds so far (None where it cannot be read);
+    the whole machine's is always read, as "machine" (bench/cpu_time.py). The one way the
+    benchmarks' reports (bench/idle.py, bench/rollout.py) take their CPU columns."""
+
+    def __init__(self, parts: dict[str, Callable[[], float | None]]) -> None:
+        from cpu_time import machine_cpu_seconds
+
+        self.parts = {**parts, "machine": machine_cpu_seconds}
+        self.start = {name: read() for name, read in self.parts.items()}
+
+    def done(self) -> dict[str, float | None]:
+        """Each part's CPU seconds since the start (None: not read at one end)."""
+        out: dict[str, float | None] = {}
+        for name, read in self.parts.items():
+            began, now = self.start[name], read()
+            out[name] = None if began is None or now is None else now - began
+        return out
+
+
+def own_and_reaped_cpu(pid: int) -> tuple[float, float]:
+    """(utime + stime, cutime + cstime) of a process from /proc/<pid>/stat, in seconds: its own
+    CPU, and its reaped children's (the kernel adds a child's CPU to its parent's once the
+    parent has waited for it: an agent's fake nvidia-smi calls, the operator's ended workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / ticks
+    return own, (int(fields[13]) + int(fields[14])) / ticks
+
+
+def cpu_with_reaped(pid: int) -> float:
+    """CPU seconds of a process and its live descendants, and of the children it reaped."""
+    total = 0.0
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError):
+            own, reaped = own_and_reaped_cpu(p)
+            total += own + reaped if p == pid else own
+    return total

@@ -8,8 +8,8 @@ code holds the objects, fed as a listing would feed them (`kubeapi.list_watch`: 
 decoded JSON, each reduced by the informer's `reduce` as it comes, then delivered once):
 - the Node informer (`controller.app`: `indexed_node`, pages reduced by `kept_node`), N GPU
   Nodes as `devtools/vgpu_devcluster/nodes.py` makes them (8 A100 each, as bench/scale.py);
-- the pod index (`controller.pods.PodIndex`), 10 x N pods as bench/scale.py creates them
-  (`workload_pod`: a tenth hold GPU resources), in its pages of `PAGE`;
+- the pod index (`controller.pods.PodIndex`), 10 x N pods as bench/population.py creates
+  them (`workload_pod`: a tenth hold GPU resources), in its pages of `PAGE`;
 - a configuration pass's snapshot (the compact Nodes and the GPU pods, `ClusterSnapshot`), sent
   to a rules worker started as the controller starts it (`controller.rules_worker.RulesWorker`):
   first a pass over an empty snapshot (the worker as started), then `PASSES` over this one

@@ -1,7 +1,7 @@
 """`vgpu-operator doctor` at scale, one run, one table: the time doctor takes over N nodes and
 10 x N running pods (default 5,000 and 50,000), beside a floor measured in the same run.
 
-The population is bench/scale.py's (`populate`: its pool of kwok nodes, its workload pods, a
+The population is bench/population.py's (`populate`: its pool of kwok nodes, its workload pods, a
 tenth holding GPUs). Then, one process at a time, each timed from its start to its exit:
 - doctor as a user runs it: `vgpu-operator doctor --config FILE`, FILE the operator
   configuration the chart renders with its default values (charts/vgpu-operator/templates/
@@ -227,10 +227,17 @@ async def floor_run(cluster: LocalCluster, cert: Path, key: Path, reads: Path, p
 
 
 async def measure(
-    api: Any, cluster: LocalCluster, n: int, have_nodes: int = 0, have_pods: int = 0
+    api: Any,
+    cluster: LocalCluster,
+    n: int,
+    have_nodes: int = 0,
+    have_pods: int = 0,
+    *,
+    firsts: tuple[str, ...] = ("doctor", "floor"),
 ) -> Result:
     """The population grown to N nodes and 10 x N pods (from what there is), then doctor and
-    the floor in both orders."""
+    the floor in both orders (`firsts`: which runs first in each order; the smoke test runs
+    one order)."""
     pods = n * PODS_PER_NODE
     await populate(api, n, have_nodes, have_pods)
     config_path, config = chart_config(cluster.workdir)
@@ -238,7 +245,7 @@ async def measure(
     reads.write_text(json.dumps(doctor_reads(config)))
     kubeconfig, cert, key = client_certificate(cluster)
     orders: list[tuple[Run, Run]] = []
-    for first in ("doctor", "floor"):
+    for first in firsts:
         ran: list[Run] = []
         for who in (first, "floor" if first == "doctor" else "doctor"):
             if who == "doctor":
@@ -269,14 +276,14 @@ def table(result: Result) -> str:
         "| floor CPU s | floor's listing s (in its process) | the same requests (audit log) |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for first in ("doctor", "floor"):
+    for first in (order[0].who for order in result.orders):
         doctor, floor = result.pair(first)
         lines.append(
             f"| {result.n:,} | {result.pods:,} | {first} | {doctor.seconds:.2f} | "
             f"{floor.seconds:.2f} | {doctor.seconds / floor.seconds:.2f} | {doctor.cpu:.2f} | "
             f"{floor.cpu:.2f} | {floor.inner:.2f} | {same_requests(doctor, floor)} |"
         )
-    doctor, floor = result.pair("doctor")
+    doctor, floor = result.pair(result.orders[0][0].who)
     listed = ", ".join(f"{path} {count:,}" for path, count in floor.listed.items())
     lines += ["", f"Listed (the floor's count, {snapshot.PAGE} per page): {listed}"]
     return "\n".join(lines)

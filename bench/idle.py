@@ -31,13 +31,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,29 +43,28 @@ from benchkit import (
     CONCURRENCY,
     GRACE,
     LEASE_SECONDS,
+    CpuWindow,
     Progress,
     bench_cluster,
+    cpu_with_reaped,
     create_nodes,
     delete_nodes,
-    die_with_parent,
     log,
     machine,
     phase,
-    process_tree,
     run,
     stamp,
 )
 from convergence import (
-    CLK_TCK,
     OperatorProcess,
     idle_deadline,
-    machine_cpu_seconds,
     node_deadline,
     policy,
     received,
     startup_deadline,
 )
 from convergence import idle as went_idle
+from vgpu_devcluster.agentswarm import SwarmProcess
 from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import (
     AGENT_USER,
@@ -114,68 +111,6 @@ class Window:
 def resource(event: dict[str, Any]) -> str:
     ref = event.get("objectRef") or {}
     return "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
-
-
-def cpu_with_reaped(pid: int) -> float:
-    """CPU seconds of a process and its live descendants, and of the children it reaped."""
-    total = 0.0
-    for p in process_tree(pid):
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            wanted = (11, 12, 13, 14) if p == pid else (11, 12)  # utime stime cutime cstime
-            total += sum(int(fields[i]) for i in wanted) / CLK_TCK
-    return total
-
-
-class SwarmProcess:
-    """`python -m vgpu_devcluster.agentswarm` over `nodes`, its fake GPUs under `workdir`; it
-    prints `ready <n>` once every agent runs."""
-
-    def __init__(self, kubeconfig: Path, nodes: list[str], workdir: Path, logfile: Path) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        listing = workdir / "nodes.txt"
-        listing.write_text("".join(f"{name}\n" for name in nodes))
-        self._log = logfile.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vgpu_devcluster.agentswarm",
-                f"--kubeconfig={kubeconfig}",
-                f"--workdir={workdir}",
-                f"--model={MODEL}",
-                f"@{listing}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=die_with_parent,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    async def wait_ready(self, progress: Progress) -> None:
-        assert self.proc.stdout is not None
-        loop = asyncio.get_running_loop()
-        progress("the agents' process to print `ready`")
-        while True:
-            line = await loop.run_in_executor(None, self.proc.stdout.readline)
-            if not line:
-                raise RuntimeError(f"the agents' process exited ({self.proc.wait()})")
-            if line.startswith(b"ready "):
-                return
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(90)  # each agent finishes what it does (agentswarm STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
 
 
 def converge_deadline(n: int) -> float:
@@ -232,8 +167,8 @@ async def observe(
         "apiserver": cluster.pids["kube-apiserver"],
     }
     offset = cluster.audit_offset()
-    cpu0 = {k: cpu_with_reaped(p) for k, p in pids.items()}
-    machine0, began, start = machine_cpu_seconds(), time.time(), time.monotonic()
+    window = CpuWindow({k: partial(cpu_with_reaped, p) for k, p in pids.items()})
+    began, start = time.time(), time.monotonic()
     while (left := seconds - (time.monotonic() - start)) > 0:
         for whose, proc in (("the operator's", operator.proc), ("the agents'", agents.proc)):
             if proc.poll() is not None:
@@ -241,8 +176,7 @@ async def observe(
         progress(f"the idle window to end ({left:.0f}s left)")
         await asyncio.sleep(min(left, 5.0))
     ended = time.time()
-    cpu = {k: cpu_with_reaped(p) - cpu0[k] for k, p in pids.items()}
-    cpu["machine"] = machine_cpu_seconds() - machine0
+    cpu = {k: v for k, v in window.done().items() if v is not None}
     await asyncio.sleep(1)  # the requests under way at the end reach the log
     return Window(n, ended - began, window_requests(cluster, offset, began, ended), cpu)
 
@@ -277,12 +211,15 @@ async def idle_run(
     names = {s.name for s in specs}
     await phase(f"{n} nodes", node_deadline(n), lambda p: create_nodes(api, specs, p))
     workdir = cluster.workdir / "bench-agents"
-    agents = SwarmProcess(agent_kubeconfig, sorted(names), workdir, workdir.with_suffix(".log"))
+    agents = SwarmProcess(
+        agent_kubeconfig, sorted(names), workdir, workdir.with_suffix(".log"), model=MODEL
+    )
     operator: OperatorProcess | None = None
     try:
-        await phase(f"{n} agents in one process", 120 + n * 0.2, agents.wait_ready)
+        # Both start at once (set-up, not measured): their interpreters load side by side.
         log_path = cluster.workdir / "bench-operator.log"
         operator = OperatorProcess(operator_kubeconfig, log_path, LEADER_ARGS)
+        await phase(f"{n} agents in one process", 120 + n * 0.2, agents.wait_ready)
         await phase("operator start-up", startup_deadline(n), operator.wait_first_pass)
         body = policy(POLICY, POOL)
         await kubeapi.request(api, "POST", kubeapi.policy_path(), body=body, field_manager=None)
@@ -290,8 +227,13 @@ async def idle_run(
             f"convergence of {n} nodes", converge_deadline(n), lambda p: converged(api, n, p)
         )
         running = operator
-        await phase("the operator idle", idle_deadline(n), lambda p: went_idle(running.proc.pid, p))
-        await phase("the agents idle", idle_deadline(n), lambda p: went_idle(agents.pid, p))
+
+        async def both_idle(progress: Progress) -> None:
+            await asyncio.gather(
+                went_idle(running.proc.pid, progress), went_idle(agents.pid, progress)
+            )
+
+        await phase("the operator and the agents idle", idle_deadline(n), both_idle)
         log(f"converged and idle; {settle:g}s more before the window")
         await asyncio.sleep(settle)
         window = await phase(

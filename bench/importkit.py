@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -92,6 +93,16 @@ def import_rss(modules: list[str], repeat: int, cwd: Path, tree: Path | None = N
         samples.append(result["rss_kib"] / 1024)
         names = set(result["modules"])
     return ImportCost(" + ".join(modules), statistics.median(samples), names)
+
+
+def import_rss_rows(
+    rows: list[tuple[list[str], Path | None]], repeat: int, cwd: Path, jobs: int = 1
+) -> list[ImportCost]:
+    """`import_rss(modules, repeat, cwd, tree)` of each (modules, tree) row, in order, `jobs`
+    rows at a time: each row's memory is its own interpreter's, so running several at once
+    changes the time the rows take, not what they measure."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda row: import_rss(row[0], repeat, cwd, row[1]), rows))
 
 
 def commit() -> str:

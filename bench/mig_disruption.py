@@ -22,13 +22,17 @@ Scenarios (one GPU changes, seven stay as they are):
   A. GPU 3's layout changes: {3g.40gb, 2g.20gb, 2 x 1g.10gb} -> {3g.40gb, 4 x 1g.10gb}
   B. GPU 7 goes from a whole GPU (MIG off) to the layout the others have.
 
-Run: `python bench/mig_disruption.py` (about a minute; prints the table and the ratios).
+Run: `python bench/mig_disruption.py [--gpus G]` (about a minute; prints the table and the
+ratios). `--gpus` (default 8, at least 2) sizes the node; GPU min(3, G - 1) changes its layout in
+A and the last GPU turns MIG on in B (the smoke test runs 2 GPUs).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -116,17 +120,25 @@ async def _clear(driver: NvidiaSmi, index: int) -> None:
 async def scenario(
     workdir: Path, name: str, before: NodeConfig, after: NodeConfig, layouts: dict[int, Any]
 ) -> tuple[Counts, Counts]:
-    """(agent, mig-parted) counts for one change on two identical fresh nodes."""
+    """(agent, mig-parted) counts for one change on two identical nodes: one fresh node is set
+    up by the agent to `before`, and each side starts from a copy of its state. Its files are
+    under `workdir/name`: scenarios run at once, each on its own fake nodes."""
+    workdir = workdir / name
+    workdir.mkdir()
+    binary = fs.write_wrapper(workdir)
+    start = workdir / f"{name}-start.json"
+    fs.init_state(start, MODEL, len(layouts), node=name)
+    setup = await reconcile_gpus(
+        NvidiaSmi(str(binary), env={fs.ENV_STATE: str(start)}), before, None
+    )
+    if setup.state != "success":
+        raise SystemExit(f"setup failed: {setup.message}")
     results = []
     finals: list[list[list[int]]] = []
     for side in ("agent", "mig-parted"):
         state = workdir / f"{name}-{side}.json"
-        fs.init_state(state, MODEL, GPUS, node=f"{name}-{side}")
-        binary = fs.write_wrapper(workdir)
+        shutil.copyfile(start, state)  # the state only: the side's call log starts empty
         driver = NvidiaSmi(str(binary), env={fs.ENV_STATE: str(state)})
-        setup = await reconcile_gpus(driver, before, None)
-        if setup.state != "success":
-            raise SystemExit(f"setup failed: {setup.message}")
         since = len(fs.read_log(state))
         if side == "agent":
             out = await reconcile_gpus(driver, after, before)
@@ -147,22 +159,25 @@ def ratio(ours: int, theirs: int) -> str:
     return f"{theirs / ours:.1f}x"
 
 
-async def main() -> int:
+async def main(gpus: int = GPUS) -> int:
+    changed, last = min(3, gpus - 1), gpus - 1
     a_before = static({"gpus": "all", "profiles": BASE})
-    a_after = static({"gpus": "all", "profiles": BASE}, {"gpus": [3], "profiles": CHANGED})
-    a_layouts: dict[int, Any] = {i: (CHANGED if i == 3 else BASE) for i in range(GPUS)}
-    b_before = static({"gpus": list(range(GPUS - 1)), "profiles": BASE})
+    a_after = static({"gpus": "all", "profiles": BASE}, {"gpus": [changed], "profiles": CHANGED})
+    a_layouts: dict[int, Any] = {i: (CHANGED if i == changed else BASE) for i in range(gpus)}
+    b_before = static({"gpus": list(range(last)), "profiles": BASE})
     b_after = static({"gpus": "all", "profiles": BASE})
-    b_layouts: dict[int, Any] = dict.fromkeys(range(GPUS), BASE)
+    b_layouts: dict[int, Any] = dict.fromkeys(range(gpus), BASE)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        a = await scenario(work, "layout", a_before, a_after, a_layouts)
-        b = await scenario(work, "mode", b_before, b_after, b_layouts)
-    print(f"MIG disruption, {GPUS} x {MODEL}, one GPU changes (counted from the fake's call log)")
+        a, b = await asyncio.gather(
+            scenario(work, "layout", a_before, a_after, a_layouts),
+            scenario(work, "mode", b_before, b_after, b_layouts),
+        )
+    print(f"MIG disruption, {gpus} x {MODEL}, one GPU changes (counted from the fake's call log)")
     print(f"{'scenario':<30}{'metric':<29}{'agent':>6}{'mig-parted*':>13}  ratio")
     rows = [
-        ("A: GPU 3 changes its layout", a),
-        ("B: GPU 7 turns MIG on", b),
+        (f"A: GPU {changed} changes its layout", a),
+        (f"B: GPU {last} turns MIG on", b),
     ]
     for title, (ours, theirs) in rows:
         for label, x, y in (
@@ -183,4 +198,9 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--gpus", type=int, default=GPUS, help=f"GPUs of the node (default {GPUS})")
+    args = parser.parse_args()
+    if args.gpus < 2:
+        parser.error("--gpus must be at least 2 (one GPU changes, the others stay)")
+    sys.exit(asyncio.run(main(args.gpus)))

@@ -47,9 +47,15 @@ def trees(specs: list[str]) -> list[tuple[str, Path | None]]:
 
 
 async def measure(
-    kubeconfig: Path, log_file: Path, label: str, tree: Path | None, gpu_pods: int
+    kubeconfig: Path,
+    log_file: Path,
+    label: str,
+    tree: Path | None,
+    gpu_pods: int,
+    settle: float = SETTLE,
 ) -> Measured:
-    """The operator from `tree` (None: this checkout), started with PYTHONPATH set for it."""
+    """The operator from `tree` (None: this checkout), started with PYTHONPATH set for it;
+    its memory read `settle` seconds after it holds the GPU pods (the smoke test: less)."""
     saved = os.environ.get("PYTHONPATH")
     if tree is not None:
         os.environ["PYTHONPATH"] = str(tree)
@@ -65,7 +71,7 @@ async def measure(
         f"operator ({label}) holding {gpu_pods} GPU pods",
         300 + gpu_pods * 0.2,
         gpu_pods,
-        SETTLE,
+        settle,
     )
     return Measured(label, own, tree_mem)
 

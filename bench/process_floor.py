@@ -25,7 +25,11 @@ index hold, what sending a pass's snapshot to the rules worker costs the control
 worker's memory as started and after that pass. No apiserver: the objects are fed as a listing
 feeds them; the running processes on a real control plane are bench/scale.py's memory phase.
 
-Usage: python bench/process_floor.py [--repeat K] [--nodes N] [--no-held]
+`--jobs J` measures J import rows at once (default 1), and above 1 runs the held table's
+interpreter beside them: each row and that interpreter measure their own memory, so only the
+time changes (the smoke test runs 2).
+
+Usage: python bench/process_floor.py [--repeat K] [--nodes N] [--no-held] [--jobs J]
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ import pkgutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from benchkit import log, machine
-from importkit import ImportCost, base_env, commit, import_rss, versions
+from importkit import ImportCost, base_env, commit, import_rss_rows, versions
 from vgpu_operator.lazy_client import PACKAGES as LAZY_CLIENT
 
 BENCH = Path(__file__).resolve().parent
@@ -158,28 +163,45 @@ def run(args: argparse.Namespace) -> str:
         f"Date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()}",
         f"Machine: {machine()}; {load()} at the start",
         f"Versions: {versions(DISTRIBUTIONS)}",
-        f"Import rows: the median of {args.repeat} fresh interpreters each",
+        f"Import rows: the median of {args.repeat} fresh interpreters each, {args.jobs} at once",
         "",
         "| imported in a fresh interpreter | RSS MiB | over the bare interpreter MiB | "
         "modules in the controller's set | in the rules worker's set |",
         "|---|---:|---:|---:|---:|",
     ]
-    with tempfile.TemporaryDirectory(prefix="vgpu-bench-floor-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="vgpu-bench-floor-") as tmp,
+        ThreadPoolExecutor(max_workers=1) as beside,
+    ):
         empty = Path(tmp)
-        log("imports: the bare interpreter, the controller's set, the rules worker's set")
-        bare = import_rss([], args.repeat, empty)
-        controller = import_rss(CONTROLLER, args.repeat, empty)
-        worker = import_rss(worker_imports(), args.repeat, empty)
-        rows: list[tuple[str, ImportCost, tuple[str, ...]]] = []
-        for label, modules, about in dependencies():
-            log(f"imports: {label}")
-            rows.append((label, import_rss(modules, args.repeat, empty), about))
+        # With --jobs above 1 the held table's interpreter runs beside the import rows (its
+        # memory is its own: only the time changes); else after them.
+        early = None
+        if not args.no_held and args.jobs > 1:
+            log(f"held: {args.nodes} nodes (bench/controller_held.py), beside the imports")
+            early = beside.submit(held, args.nodes, empty)
+        deps = dependencies()
+        log(
+            f"imports: the bare interpreter, both sets, {len(deps)} dependencies "
+            f"({args.jobs} at once)"
+        )
+        wanted = [[], CONTROLLER, worker_imports(), *(modules for _, modules, _ in deps)]
+        bare, controller, worker, *costs = import_rss_rows(
+            [(modules, None) for modules in wanted], args.repeat, empty, args.jobs
+        )
+        rows: list[tuple[str, ImportCost, tuple[str, ...]]] = [
+            (label, cost, about) for (label, _, about), cost in zip(deps, costs, strict=True)
+        ]
         rows.append(("the rules worker's import set", worker, ()))
         rows.append(("the controller's import set (`vgpu-operator run`)", controller, ()))
         log("imports: each set's modules that are not the operator's")
+        sets = (("the rules worker's", worker), ("the controller's", controller))
+        foreign_costs = import_rss_rows(
+            [(foreign(of, bare), None) for _, of in sets], args.repeat, empty, args.jobs
+        )
         others: dict[str, ImportCost] = {}
-        for label, of in (("the rules worker's", worker), ("the controller's", controller)):
-            others[label] = import_rss(foreign(of, bare), args.repeat, empty)
+        for (label, _), cost in zip(sets, foreign_costs, strict=True):
+            others[label] = cost
             rows.append(
                 (f"{label} set but the operator's own modules (`vgpu_operator` itself kept: "
                  "it installs the lazy client)", others[label], ())
@@ -202,7 +224,9 @@ def run(args: argparse.Namespace) -> str:
                 f"operator's + {whole.rss - rest.rss:.1f} the operator's own modules "
                 f"({sum(1 for m in whole.modules if under(m, (OPERATOR_PACKAGE,)))} of them)"
             )
-        if not args.no_held:
+        if early is not None:
+            lines += ["", *held_table(early.result())]
+        elif not args.no_held:
             log(f"held: {args.nodes} nodes (bench/controller_held.py)")
             lines += ["", *held_table(held(args.nodes, empty))]
     lines += ["", f"Machine: {load()} at the end"]
@@ -241,7 +265,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="interpreters per import row")
     p.add_argument("--nodes", type=int, default=5000, help="N of the held table")
     p.add_argument("--no-held", action="store_true", help="the import table only")
-    return p.parse_args(argv)
+    p.add_argument("--jobs", type=int, default=1, help="import rows measured at once (default 1)")
+    args = p.parse_args(argv)
+    if args.repeat < 1 or args.nodes < 1 or args.jobs < 1:
+        p.error("--repeat, --nodes and --jobs must be at least 1")
+    return args
 
 
 def main(argv: list[str]) -> None:

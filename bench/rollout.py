@@ -45,15 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import CONCURRENCY, bench_cluster, log, machine, phase, run
-from convergence import (
-    OperatorProcess,
-    cpu_seconds,
-    idle,
-    machine_cpu_seconds,
-    quiet_machine,
-    tree_cpu_seconds,
-)
+from benchkit import CONCURRENCY, CpuWindow, bench_cluster, log, machine, phase, run
+from convergence import OperatorProcess, cpu_seconds, idle, quiet_machine, tree_cpu_seconds
 from importkit import commit, versions
 from rollout_agents import Agents, Way, export_latency
 from rollout_floor import for_floor, recorded, replay, taken
@@ -140,29 +133,19 @@ class Recorded:
     uids: dict[str, str]
 
 
-class Cpu:
-    """CPU seconds of the run's parts from `Cpu(...)` to `done()`."""
-
-    def __init__(self, b: Bench, agents: Agents, operator: int | None) -> None:
-        self.b, self.agents, self.operator = b, agents, operator
-        self.start = self._read()
-
-    def _read(self) -> tuple[float, float, float | None, float, float]:
-        own, fake = self.agents.cpu()
-        writer = tree_cpu_seconds(self.operator) if self.operator is not None else 0.0
-        apiserver = cpu_seconds(self.b.cluster.pids["kube-apiserver"])
-        return writer, apiserver, own, fake, machine_cpu_seconds()
-
-    def done(self) -> dict[str, float | None]:
-        end = self._read()
-        a, b = self.start, end
-        return {
-            "writer": b[0] - a[0] if self.operator is not None else None,
-            "apiserver": b[1] - a[1],
-            "agents": None if a[2] is None or b[2] is None else b[2] - a[2],
-            "fake": b[3] - a[3],
-            "machine": b[4] - a[4],
+def cpu_window(b: Bench, agents: Agents, operator: int | None) -> CpuWindow:
+    """The run's CPU columns (bench/rollout_table.py): the writer (the operator with its rules
+    worker; None for the floor, the benchmark's own process), the apiserver, the agents (None
+    inline) and their fake nvidia-smi calls, and the whole machine."""
+    apiserver = b.cluster.pids["kube-apiserver"]
+    return CpuWindow(
+        {
+            "writer": lambda: None if operator is None else tree_cpu_seconds(operator),
+            "apiserver": lambda: cpu_seconds(apiserver),
+            "agents": lambda: agents.cpu()[0],
+            "fake": lambda: agents.cpu()[1],
         }
+    )
 
 
 async def policy_gone(api: Any, name: str, progress: Callable[[str], None]) -> None:
@@ -179,12 +162,14 @@ async def policy_gone(api: Any, name: str, progress: Callable[[str], None]) -> N
 
 async def operator_side(b: Bench, t: Transition) -> tuple[Side, Recorded]:
     group, name = Group(f"{t.key}-op", b.n, b.gpus), f"bench-{t.key}"
-    await phase(f"{group.name}: {b.n} nodes", 300 + b.n, lambda p: create_group(b.api, group, p))
+    # The operator loads while its group is made (set-up: the clock starts once it is idle).
+    operator = OperatorProcess(b.operator_kubeconfig, b.cluster.workdir / "bench-operator.log")
     agents = b.agents(group, t)
-    operator: OperatorProcess | None = None
     try:
+        await phase(
+            f"{group.name}: {b.n} nodes", 300 + b.n, lambda p: create_group(b.api, group, p)
+        )
         await agents.start()
-        operator = OperatorProcess(b.operator_kubeconfig, b.cluster.workdir / "bench-operator.log")
         await phase("operator start-up", 300 + b.n * 0.05, operator.wait_first_pass)
         offset = b.cluster.audit_offset()
         body = policy_body(name, group, t)
@@ -209,7 +194,7 @@ async def operator_side(b: Bench, t: Transition) -> tuple[Side, Recorded]:
         watch = GroupWatch(b.api, group.selector, NAMESPACE, group.nodes)
         async with watch.running():
             offset = b.cluster.audit_offset()
-            cpu = Cpu(b, agents, pid)
+            cpu = cpu_window(b, agents, pid)
             watch.begin()
             await change(b.api, name, t)
             seconds = await phase(
@@ -228,8 +213,9 @@ async def operator_side(b: Bench, t: Transition) -> tuple[Side, Recorded]:
         await phase(
             f"{group.name}: deleting", 120 + b.n * 0.2, lambda _: delete_group(b.api, group)
         )
-        if operator is not None:
+        try:
             await phase(f"{name}: deleting", 120, lambda p: policy_gone(b.api, name, p))
+        finally:
             operator.stop()
 
 
@@ -275,7 +261,7 @@ async def floor_side(b: Bench, t: Transition, rec: Recorded) -> Side:
                 return await watch.until_ended(progress)
 
             async with watch.running():
-                cpu = Cpu(b, agents, None)
+                cpu = cpu_window(b, agents, None)
                 watch.begin()
                 seconds = await phase(f"{t.key}: the floor over {b.n} nodes", b.run_deadline(), go)
                 used = cpu.done()
@@ -328,12 +314,12 @@ async def heading(b: Bench) -> str:
 
 
 async def smoke(cluster: LocalCluster, api: Any) -> str:
-    """The smallest run, for the tests (tests/cluster/test_bench_smoke.py): `hami-mig` on 2
-    nodes of 1 GPU, agents in this process, no latency, no wait for a quiet machine; checks
+    """The smallest run, for the tests (tests/cluster/test_bench_smoke.py): `hami-mig` on one
+    node of 1 GPU, agents in this process, no latency, no wait for a quiet machine; checks
     the table has an operator, a floor and a ratio row for it, every node through; returns the
     table."""
     paths = await prepare(cluster, api)
-    b = Bench(api, cluster, *paths, n=2, gpus=1, way="inline", latency=SmiLatency(), quiet=False)
+    b = Bench(api, cluster, *paths, n=1, gpus=1, way="inline", latency=SmiLatency(), quiet=False)
     results = await measure(b, ["hami-mig"])
     text = f"{await heading(b)}\n{table(results)}"
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()]
@@ -341,7 +327,7 @@ async def smoke(cluster: LocalCluster, api: Any) -> str:
         assert any(r[:2] == ["hami-mig", side] for r in rows), f"no {side} row:\n{text}"
     for _, *sides in results:
         for s in sides:
-            assert s.stats.nodes == 2 and s.stats.failed == 0, text
+            assert s.stats.nodes == b.n and s.stats.failed == 0, text
             assert "Applying" in s.stats.steps and s.writes > 0, text
     return text
 

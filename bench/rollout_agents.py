@@ -2,8 +2,8 @@
 
 - `processes`: one `vgpu-operator agent` process per node (vgpu_devcluster.agentproc, as the
   cluster tests start them), for up to a few hundred nodes (each holds about 60 MiB);
-- `swarm`: one process running an agent per node (`python -m vgpu_devcluster.agentswarm`), for
-  1,000 nodes and more;
+- `swarm`: one process running an agent per node (`python -m vgpu_devcluster.agentswarm`, started
+  by its `SwarmProcess`), for 1,000 nodes and more;
 - `inline`: the same swarm in the benchmark's own process (the smoke test's size).
 
 Every fake nvidia-smi call is a child process of its agent's process, which waits for it: the
@@ -15,31 +15,18 @@ run (its other children, the control plane and the operator, are not reaped befo
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import resource
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Literal
 
-from benchkit import die_with_parent
+from benchkit import own_and_reaped_cpu
 from vgpu_devcluster.agentproc import AgentProcess, FakeGpus, stop_all
-from vgpu_devcluster.agentswarm import AgentSwarm
+from vgpu_devcluster.agentswarm import AgentSwarm, SwarmProcess
 from vgpu_devcluster.fakesmi_latency import ENV_LATENCY, SmiLatency
 
 Way = Literal["processes", "swarm", "inline"]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def own_and_children_cpu(pid: int) -> tuple[float, float]:
-    """(utime + stime, cutime + cstime) of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    own = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    children = (int(fields[13]) + int(fields[14])) / CLK_TCK
-    return own, children
 
 
 def children_cpu() -> float:
@@ -72,7 +59,7 @@ class Agents:
         self.latency = latency
         self.processes: list[AgentProcess] = []
         self.swarm: AgentSwarm | None = None
-        self.swarm_proc: subprocess.Popen[bytes] | None = None
+        self.swarm_proc: SwarmProcess | None = None
 
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +75,21 @@ class Agents:
             )
             await self.swarm.__aenter__()
         elif self.way == "swarm":
-            await self._start_swarm()
+            self.swarm_proc = SwarmProcess(
+                self.kubeconfig,
+                self.nodes,
+                self.workdir,
+                self.workdir / "swarm.log",
+                smi_latency=self.latency,
+                model=self.model,
+                gpus=self.gpus,
+                mig=self.mig,
+            )
+            try:
+                await self.swarm_proc.wait_ready()
+            except RuntimeError:
+                self.stop()
+                raise
         else:
             for node in self.nodes:
                 fake = FakeGpus.create(
@@ -97,28 +98,6 @@ class Agents:
                 log = self.workdir / node / "agent.log"
                 agent = AgentProcess(node, self.kubeconfig, fake, log, timeout=120.0)
                 self.processes.append(agent.start())
-
-    async def _start_swarm(self) -> None:
-        names = self.workdir / "nodes.txt"
-        names.write_text("".join(f"{n}\n" for n in self.nodes))
-        argv = [sys.executable, "-m", "vgpu_devcluster.agentswarm"]
-        argv += ["--kubeconfig", str(self.kubeconfig), "--workdir", str(self.workdir)]
-        argv += ["--smi-latency", self.latency.text(), "--model", self.model]
-        argv += ["--gpus", str(self.gpus), *(["--mig"] if self.mig else []), f"@{names}"]
-        with open(self.workdir / "swarm.log", "ab") as log:
-            self.swarm_proc = subprocess.Popen(  # noqa: ASYNC220 (it runs on; not waited for)
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-            )
-        out = self.swarm_proc.stdout
-        assert out is not None
-        line = await asyncio.to_thread(out.readline)
-        if not line.startswith(b"ready"):
-            self.stop()
-            raise RuntimeError(f"the agent swarm did not start: see {self.workdir / 'swarm.log'}")
 
     def pids(self) -> list[int]:
         if self.swarm_proc is not None:
@@ -132,7 +111,7 @@ class Agents:
         own = fake = 0.0
         for pid in self.pids():
             with contextlib.suppress(OSError):
-                o, c = own_and_children_cpu(pid)
+                o, c = own_and_reaped_cpu(pid)
                 own, fake = own + o, fake + c
         return own, fake
 
@@ -140,7 +119,7 @@ class Agents:
         """Nodes whose agent has ended."""
         if self.swarm is not None:
             return self.swarm.failed()
-        if self.swarm_proc is not None and self.swarm_proc.poll() is not None:
+        if self.swarm_proc is not None and not self.swarm_proc.running():
             return list(self.nodes)
         return [a.node for a in self.processes if not a.running()]
 
@@ -152,16 +131,8 @@ class Agents:
 
     def stop(self) -> None:
         if self.swarm_proc is not None:
-            proc, self.swarm_proc = self.swarm_proc, None
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+            swarm_proc, self.swarm_proc = self.swarm_proc, None
+            swarm_proc.stop()
         if self.processes:
             stop_all(self.processes)
             self.processes = []

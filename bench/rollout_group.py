@@ -42,6 +42,12 @@ class Group:
     def nodes(self) -> list[str]:
         return [f"{self.name}-{i:05d}" for i in range(self.size)]
 
+    @property
+    def poll_seconds(self) -> float:
+        """Between two listings of the group while it is set up: a few nodes are listed more
+        often than a thousand."""
+        return min(1.0, 0.25 + self.size / 1000)
+
 
 async def namespace(api: Any, progress: Progress) -> None:
     with contextlib.suppress(kubeapi.Conflict):
@@ -113,7 +119,7 @@ async def place_pods(api: Any, group: Group, resource: str, progress: Progress) 
         progress(f"kwok to run the group's GPU pods: {running}/{group.size} Running")
         if running >= group.size:
             return
-        await asyncio.sleep(1)
+        await asyncio.sleep(group.poll_seconds)
 
 
 async def delete_group(api: Any, group: Group) -> None:
@@ -153,7 +159,7 @@ async def wait_configured(api: Any, group: Group, mode: str, progress: Progress)
         progress(f"nodes configured as {mode} and reported by their agents: {done}/{group.size}")
         if done >= group.size:
             return
-        await asyncio.sleep(1)
+        await asyncio.sleep(group.poll_seconds)
 
 
 async def node_uids(api: Any, group: Group) -> dict[str, str]:

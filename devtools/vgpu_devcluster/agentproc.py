@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpu_devcluster import fakesmi_state as fs
+from vgpu_devcluster.fakesmi_models import fake_model_for_name
 from vgpu_devcluster.nodes import GPU_MODELS
-from vgpu_operator.models.gpu_catalog import model_for_name
 
 
 def fake_model(node_model: str) -> str:
-    """The fake nvidia-smi's model (models.gpu_catalog key) for a simulated node's model
-    (devcluster.nodes key): the one with the same NVML name."""
-    catalog = model_for_name(GPU_MODELS[node_model].nvml_name)
-    if catalog is None:
+    """The fake nvidia-smi's model (a fakesmi_models.FAKE_MODELS key) for a simulated node's
+    model (devcluster.nodes key): the one with the same NVML name."""
+    model = fake_model_for_name(GPU_MODELS[node_model].nvml_name)
+    if model is None:
         raise ValueError(f"the fake nvidia-smi has no model for {node_model!r}")
-    return catalog.key
+    return model.key
 
 
 @dataclass
@@ -55,7 +55,7 @@ class FakeGpus:
         mig: bool = False,
         driver_version: str = fs.DEFAULT_DRIVER,
     ) -> FakeGpus:
-        """`model` is a models.gpu_catalog key (see fake_model)."""
+        """`model` is a fakesmi_models.FAKE_MODELS key (see fake_model)."""
         directory.mkdir(parents=True, exist_ok=True)
         state = directory / "gpus.json"
         fs.init_state(state, model, count, node=node, mig=mig, driver_version=driver_version)

@@ -26,6 +26,7 @@ As a process of its own (so a benchmark can measure it apart), until SIGTERM or 
         [--model M] [--gpus N] [--mig] [-v] NODE... | @FILE (one node name a line)
 
 It prints `ready <n>` on stdout once every agent runs, and exits 0 after they have stopped.
+`SwarmProcess` starts it so from a benchmark's process (bench/idle.py, bench/rollout_agents.py).
 """
 
 from __future__ import annotations
@@ -33,15 +34,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from vgpu_devcluster import fakesmi_state as fs
-from vgpu_devcluster.agentproc import FakeGpus
+from vgpu_devcluster.agentproc import FakeGpus, _die_with_parent
 from vgpu_devcluster.fakesmi_latency import SmiLatency
 from vgpu_operator.agent.loop import Agent, AgentOptions
 from vgpu_operator.agent.nodeapi import KubeNodeApi, agent_client
@@ -183,6 +186,79 @@ class AgentSwarm:
 
 
 # --- as a process -----------------------------------------------------------------------------
+
+
+class SwarmProcess:
+    """`python -m vgpu_devcluster.agentswarm` over `nodes` in a process of its own (so a benchmark
+    measures it apart), its fake GPUs under `workdir`, its log appended to `logfile`: started
+    here; `await wait_ready()` until it prints `ready <n>`; `stop()` sends SIGTERM and waits for
+    every agent to finish its action (`STOP_SECONDS`), then kills it. It dies with the process
+    that started it (PR_SET_PDEATHSIG)."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        nodes: Sequence[str],
+        workdir: Path,
+        logfile: Path,
+        *,
+        smi_latency: SmiLatency | None = None,
+        model: str = "A100-SXM4-80GB",
+        gpus: int = 8,
+        mig: bool = False,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        listing = workdir / "nodes.txt"
+        listing.write_text("".join(f"{name}\n" for name in nodes))
+        argv = [sys.executable, "-m", "vgpu_devcluster.agentswarm"]
+        argv += [f"--kubeconfig={kubeconfig}", f"--workdir={workdir}"]
+        argv += [f"--model={model}", f"--gpus={gpus}", *(["--mig"] if mig else [])]
+        if smi_latency is not None:
+            argv.append(f"--smi-latency={smi_latency.text()}")
+        self.logfile = logfile
+        self._log = logfile.open("ab")
+        self.proc = subprocess.Popen(
+            [*argv, f"@{listing}"],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_die_with_parent,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    async def wait_ready(self, progress: Callable[[str], None] | None = None) -> None:
+        """Until it prints `ready <n>`; RuntimeError (naming its log) if it exits first."""
+        assert self.proc.stdout is not None
+        if progress is not None:
+            progress("the agents' process to print `ready`")
+        while True:
+            line = await asyncio.to_thread(self.proc.stdout.readline)
+            if not line:
+                code = await asyncio.to_thread(self.proc.wait)
+                raise RuntimeError(
+                    f"the agent swarm exited ({code}) before `ready`: see {self.logfile}"
+                )
+            if line.startswith(b"ready "):
+                return
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_SECONDS + 30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

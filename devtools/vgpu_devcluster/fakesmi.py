@@ -6,7 +6,8 @@ file named by `FAKE_NVIDIA_SMI_STATE` (fakesmi_state.init_state creates it). Out
 samples of the MIG user guide
 (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html) and of
 NVIDIA/gpu-operator#118 and NVIDIA/mig-parted#181 character for character (tested against them);
-profiles, IDs, memory and placements come from models.gpu_catalog, the table the planner uses too.
+profiles, IDs, memory and placements come from models.gpu_catalog, the table the planner uses too,
+and for the doubles of GPUs it does not confirm, from their cited listings (fakesmi_models).
 
 State machine (MIG user guide; NVIDIA/mig-parted#9, NVIDIA/gpu-operator#118, NVIDIA/gpu-operator
 PR #2603) and the conservative choices where those sources are silent:

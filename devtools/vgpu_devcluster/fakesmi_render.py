@@ -9,8 +9,9 @@ character for character.
 
 from __future__ import annotations
 
+from vgpu_devcluster.fakesmi_models import FAKE_MODELS
 from vgpu_devcluster.fakesmi_state import CiState, GiState, GpuState, NodeState
-from vgpu_operator.models.gpu_catalog import CI_PROFILE_BY_SLICES, GPU_MODELS, GpuModel, MigProfile
+from vgpu_operator.models.gpu_catalog import CI_PROFILE_BY_SLICES, GpuModel, MigProfile
 
 # Driver R510 printed other GiB values for A100-40GB than current drivers (MIG user guide sample:
 # 2g.10gb 9.75, 7g.40gb 39.50; current: 9.62, 39.25), and 19.62 for 3g.20gb and 4g.20gb (a real
@@ -34,7 +35,7 @@ def legacy(state: NodeState) -> bool:
 
 
 def model_of(gpu: GpuState) -> GpuModel:
-    return GPU_MODELS[gpu["model"]]
+    return FAKE_MODELS[gpu["model"]]
 
 
 def profiles(state: NodeState, gpu: GpuState) -> list[MigProfile]:

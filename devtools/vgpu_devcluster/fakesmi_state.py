@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from vgpu_operator.models.gpu_catalog import GPU_MODELS
+from vgpu_devcluster.fakesmi_models import FAKE_MODELS
 
 ENV_STATE = "FAKE_NVIDIA_SMI_STATE"
 ENV_LOG = "FAKE_NVIDIA_SMI_LOG"
@@ -91,7 +91,7 @@ class ProcState(TypedDict):
 
 class GpuState(TypedDict):
     index: int
-    model: str  # models.gpu_catalog key
+    model: str  # a key of fakesmi_models.FAKE_MODELS (models.gpu_catalog's and the doubles)
     uuid: str
     bus_id: str
     mig_current: bool
@@ -153,12 +153,12 @@ def init_state(
     mig: bool = False,
     driver_version: str = DEFAULT_DRIVER,
 ) -> NodeState:
-    """Create the state file of a node with `count` GPUs of catalog model `model`."""
-    if model not in GPU_MODELS:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(GPU_MODELS)}")
+    """Create the state file of a node with `count` GPUs of model `model` (a FAKE_MODELS key)."""
+    if model not in FAKE_MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(FAKE_MODELS)}")
     import uuid
 
-    capable = GPU_MODELS[model].mig_capable
+    capable = FAKE_MODELS[model].mig_capable
     gpus = [
         GpuState(
             index=i,
@@ -308,7 +308,7 @@ def after_reset(gpu: GpuState) -> None:
     """What a GPU reset (or a reboot) leaves: no instances; Ampere's pending MIG mode current,
     Hopper's MIG mode off (its MIG enablement lives in the driver, see reboot)."""
     gpu["gis"] = []
-    if GPU_MODELS[gpu["model"]].arch == "ampere":
+    if FAKE_MODELS[gpu["model"]].arch == "ampere":
         gpu["mig_current"] = gpu["mig_pending"]
     else:
         gpu["mig_current"] = gpu["mig_pending"] = False

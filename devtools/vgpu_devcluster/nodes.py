@@ -1,7 +1,7 @@
 """Simulated GPU nodes: Node objects that kwok keeps Ready, labelled as GPU Feature Discovery would.
 
-A node shows its hardware as a real one does, which is what the operator takes as evidence
-before it writes (core.nodes.validate.gpu_evidence): an NVIDIA node GFD's `nvidia.com/gpu.present`,
+A node shows its hardware as a real one does, which is what the operator takes as evidence before it
+writes (core.nodes.node_hardware.gpu_evidence): an NVIDIA node GFD's `nvidia.com/gpu.present`,
 `gpu.count` and `gpu.product` labels and the device plugin's `nvidia.com/gpu` capacity; an Ascend
 node the chip label of Ascend's device plugin, the `accelerator` label HAMi's guide has users set,
 and the capacity HAMi's Ascend plugin registers (`huawei.com/Ascend910B3`: the resource names of

@@ -158,7 +158,36 @@ class _Value:
         self.value = 0.0
 
 
-class Counter(Metric):
+class _Scalar(Metric):
+    """A family of one value per series, a counter's or a gauge's: its series are made on first
+    use and exported with their labels, in the order they were made."""
+
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        labelnames: Sequence[str] = (),
+        *,
+        registry: Registry | None = REGISTRY,
+    ) -> None:
+        self._values: dict[tuple[str, ...], _Value] = {}
+        super().__init__(name, help, labelnames, registry=registry)
+
+    def _child(self, key: tuple[str, ...]) -> _Value:
+        return self._values.setdefault(key, _Value())
+
+    def _forget(self) -> None:
+        self._values.clear()
+
+    def family(self) -> Family:
+        samples = [
+            (self.name, dict(zip(self.labelnames, k, strict=True)), v.value)
+            for k, v in self._values.items()
+        ]
+        return Family(self.name, self.help, self.type, samples)
+
+
+class Counter(_Scalar):
     """A counter; its name ends in `_total` (as the exposition writes it)."""
 
     type = "counter"
@@ -173,27 +202,13 @@ class Counter(Metric):
     ) -> None:
         if not name.endswith("_total"):
             raise ValueError(f"counter {name}: the name ends in _total")
-        self._values: dict[tuple[str, ...], _Value] = {}
         super().__init__(name, help, labelnames, registry=registry)
-
-    def _child(self, key: tuple[str, ...]) -> _Value:
-        return self._values.setdefault(key, _Value())
-
-    def _forget(self) -> None:
-        self._values.clear()
 
     def labels(self, **labels: object) -> CounterChild:
         return CounterChild(self._child(self._key(labels)))
 
     def inc(self, amount: float = 1.0) -> None:
         CounterChild(self._child(self._unlabelled())).inc(amount)
-
-    def family(self) -> Family:
-        samples = [
-            (self.name, dict(zip(self.labelnames, k, strict=True)), v.value)
-            for k, v in self._values.items()
-        ]
-        return Family(self.name, self.help, self.type, samples)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,38 +221,14 @@ class CounterChild:
         self._value.value += amount
 
 
-class Gauge(Metric):
+class Gauge(_Scalar):
     type = "gauge"
-
-    def __init__(
-        self,
-        name: str,
-        help: str,
-        labelnames: Sequence[str] = (),
-        *,
-        registry: Registry | None = REGISTRY,
-    ) -> None:
-        self._values: dict[tuple[str, ...], _Value] = {}
-        super().__init__(name, help, labelnames, registry=registry)
-
-    def _child(self, key: tuple[str, ...]) -> _Value:
-        return self._values.setdefault(key, _Value())
-
-    def _forget(self) -> None:
-        self._values.clear()
 
     def labels(self, **labels: object) -> GaugeChild:
         return GaugeChild(self._child(self._key(labels)))
 
     def set(self, value: float) -> None:
         GaugeChild(self._child(self._unlabelled())).set(value)
-
-    def family(self) -> Family:
-        samples = [
-            (self.name, dict(zip(self.labelnames, k, strict=True)), v.value)
-            for k, v in self._values.items()
-        ]
-        return Family(self.name, self.help, self.type, samples)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,13 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from tests.cluster.ascendkit import CONFIG, set_version
 from tests.cluster.helpers import NodeFactory, PolicyFactory, eventually, unique
 from tests.cluster.volcano_ops import OperatorFactory, volcano_operator
 from vgpu_devcluster import upstream
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.runner import OperatorThread
-from vgpu_operator.controller.snapshot import configmap_path, read_snapshot, workload_path
+from vgpu_operator.controller.snapshot import configmap_path, read_snapshot
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.models.config import load_config
 
@@ -39,11 +40,8 @@ pytestmark = pytest.mark.cluster
 
 __all__ = ["volcano_operator"]
 
-CONFIG = "ascendVnpu: {enabled: true}\n"  # the Ascend objects' names as HAMi ships them
 NS, KEY = "kube-system", "device-config.yaml"
 DEVICE_CM, ASCEND_CM = "volcano-vgpu-device-config", "hami-scheduler-device"
-SCHEDULER = workload_path("Deployment", "volcano-system", "volcano-scheduler")
-IMAGE = "docker.io/volcanosh/vc-scheduler:{}"  # the manifest's, at another tag
 VNPUS_RULES = {"vnpus-form", "vnpus-mirror"}
 FALLBACK = "built-in defaults"  # how rule vnpus-form words a scheduler's fallback
 
@@ -56,19 +54,6 @@ def shipped_scheduler_device() -> dict[str, Any]:
 async def vnpus(api: client.ApiClient, name: str) -> Any:
     cm = await kubeapi.request(api, "GET", configmap_path(NS, name))
     return (yaml.safe_load(cm["data"][KEY]) or {}).get("vnpus")
-
-
-async def set_version(api: client.ApiClient, tag: str) -> None:
-    """The scheduler's image at `tag`, as `kubectl set image` changes it."""
-    container = {"name": "volcano-scheduler", "image": IMAGE.format(tag)}
-    await kubeapi.request(
-        api,
-        "PATCH",
-        SCHEDULER,
-        body={"spec": {"template": {"spec": {"containers": [container]}}}},
-        content_type="application/strategic-merge-patch+json",
-        field_manager="kubectl-set",
-    )
 
 
 async def a_pass_after_now(op: OperatorThread) -> None:

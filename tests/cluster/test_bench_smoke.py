@@ -1,18 +1,22 @@
-"""Smoke test of the benchmarks in bench/ at a tiny size, all on ONE control plane of their own
-(bench/benchkit.py `bench_cluster`: long node leases, as the benchmarks run), started for this
-module and not the session's: the benchmarks create and delete pools and run operators of their
-own, which the other tests' operator would see.
+"""Smoke test of the benchmarks in bench/ that need a control plane, at a tiny size, all on ONE
+control plane of their own (bench/benchkit.py `bench_cluster`: long node leases, as the
+benchmarks run), started for this module and not the session's: the benchmarks create and
+delete pools and run operators of their own, which the other tests' operator would see.
 
 Each test runs a benchmark's own entry (the function its `main` calls with the control plane it
-built) at 3 nodes and checks the table it prints and that what it measured is plausible, not
-its timings: one PATCH per node on both sides of the convergence, no write but the Lease's in
-the idle window, doctor and its floor sending the same requests. bench/agent_cost.py needs no
-control plane and is run by tests/unit/bench/test_agent_cost_bench.py.
+built) at 3 nodes (the rollout at 1) and checks the table it prints and that what it measured is
+plausible, not its timings: one PATCH per node on both sides of the convergence, no write but
+the Lease's in the idle window, doctor and its floor sending the same requests, every node
+through the rollout on both sides. What a smoke leaves out of its benchmark's run: the wait for
+a quiet machine (this one never is), the idle window's settling time (a 4 s window), doctor's
+second order (doctor first only) and two of kopf_or_informer's four kinds. The benchmarks that
+need no control plane (bench/agent_cost.py, bench/process_floor.py, bench/mig_disruption.py)
+are smoked by tests/unit/bench/.
 
 The module's fixtures set up what the benchmarks share, in order: the control plane, the
-chart's ServiceAccounts, and one population of nodes and pods (bench/scale.py `populate`) that
-the memory, kopf_or_informer and doctor_scale tests grow from (as bench/scale.py grows one pool
-from size to size).
+chart's ServiceAccounts, and one population of nodes and pods (bench/population.py `populate`)
+that the two memory tests (scale, operator_memory), kopf_or_informer and doctor_scale grow from
+(as bench/scale.py grows one pool from size to size).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from vgpu_operator.kubeapi.credentials import Credentials
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 N = 3  # nodes; bench/scale.py puts 10 pods on each, a tenth of them holding GPUs
 PODS = 10 * N
-QUIET = 2.0  # the longest wait for a quiet machine before a convergence run (none is, here)
-WINDOW = 8.0  # seconds of the idle window
+QUIET = 0.0  # the longest wait for a quiet machine before a convergence run (none is, here)
+WINDOW = 4.0  # seconds of the idle window: a Lease renewal at least (one every 2 s)
 SETTLE = 0.5  # seconds between a process holding its listing and its memory being read
 
 
@@ -115,7 +119,7 @@ async def test_idle(
         agent_kubeconfig,
         N,
         WINDOW,
-        settle=1.0,
+        settle=0.0,
         clean=True,
     )
     table = idle.table(window)
@@ -125,7 +129,7 @@ async def test_idle(
     # writes other than Lease renewals, per identity: none while nothing changes
     assert summary["operator"][1] == summary["agents"][1] == "0", table
     # the operator renews its Lease every 2 s; the agents hold none
-    assert int(summary["operator"][2]) >= WINDOW / 2 - 2, table
+    assert int(summary["operator"][2]) >= 1, table
     assert summary["agents"][2] == "0", table
     assert window.seconds >= WINDOW
     assert window.cpu["apiserver"] > 0 and window.cpu["machine"] > 0
@@ -145,25 +149,27 @@ async def test_scale_memory(
     assert row[0] == str(N) and row[6] == f"{PODS} ({PODS // 10})", row
     assert (m.pods, m.gpu_pods) == (PODS, PODS // 10)
     # resident memory: more than a bare interpreter (about 10 MiB), the peak at least the
-    # resident, the operator's tree (with its rules worker) at least the operator
+    # resident, the operator's tree at least the operator (its rules worker starts with the
+    # first configuration pass's rules: SETTLE s after the first pass it may not run yet)
     for rss, peak in (m.operator, m.operator_tree, m.kopf):
         assert 15 < rss <= peak, m
-    assert m.operator_tree[0] > m.operator[0], m
+    assert m.operator_tree[0] >= m.operator[0], m
 
 
 async def test_kopf_or_informer(admin: Any, control_plane: LocalCluster, population: int) -> None:
     kopf_or_informer = bench("kopf_or_informer")
+    # two of its four kinds: the pods (the GPU pods of all, kept by a predicate) and the
+    # ConfigMap watched by name
+    kinds = ("pods", "configmaps")
     watchers = await kopf_or_informer.watchers(
-        admin, control_plane, N, have_nodes=population, have_pods=PODS, settle=SETTLE
+        admin, control_plane, N, have_nodes=population, have_pods=PODS, settle=SETTLE, kinds=kinds
     )
     print(kopf_or_informer.table(watchers))
     table = rows(kopf_or_informer.table(watchers))
     assert [(r[0], r[1]) for r in table] == [
-        (kind, impl)
-        for kind in ("nodes", "pods", "daemonsets", "configmaps")
-        for impl in ("kopf", "informer")
+        (kind, impl) for kind in kinds for impl in ("kopf", "informer")
     ]
-    least = {"nodes": N, "pods": PODS // 10, "daemonsets": 1, "configmaps": 1}
+    least = {"pods": PODS // 10, "configmaps": 1}
     for w in watchers:
         assert w.kept >= least[w.kind], w  # -1: not held within its limit
         assert w.rss > 15 and w.cpu > 0, w
@@ -173,13 +179,13 @@ async def test_kopf_or_informer(admin: Any, control_plane: LocalCluster, populat
 async def test_doctor_scale(admin: Any, control_plane: LocalCluster, population: int) -> None:
     doctor_scale = bench("doctor_scale")
     result = await doctor_scale.measure(
-        admin, control_plane, N, have_nodes=population, have_pods=PODS
+        admin, control_plane, N, have_nodes=population, have_pods=PODS, firsts=("doctor",)
     )
     table = doctor_scale.table(result)
     print(table)
     body = rows(table)
-    assert [r[2] for r in body] == ["doctor", "floor"], table
-    for first in ("doctor", "floor"):
+    assert [r[2] for r in body] == ["doctor"], table  # the first's column: one order here
+    for first in ("doctor",):
         doctor, floor = result.pair(first)
         # the floor sends exactly doctor's requests (the audit log's record of both)
         assert doctor.requests == floor.requests, table
@@ -190,10 +196,36 @@ async def test_doctor_scale(admin: Any, control_plane: LocalCluster, population:
     assert floor.listed["/api/v1/nodes"] >= N and floor.listed["/api/v1/pods"] >= PODS
 
 
-async def test_rollout(admin: Any, control_plane: LocalCluster) -> None:
-    smoke = getattr(bench("rollout"), "smoke", None) if (BENCH / "rollout.py").exists() else None
-    if smoke is None:
-        pytest.skip("bench/rollout.py has no `async def smoke(cluster, api) -> str` entry yet")
-    table = await smoke(control_plane, admin)
+async def test_operator_memory(
+    admin: Any, control_plane: LocalCluster, operator_kubeconfig: Path, population: int
+) -> None:
+    operator_memory = bench("operator_memory")
+    m = await operator_memory.measure(
+        operator_kubeconfig,
+        control_plane.workdir / "bench-operator-memory.log",
+        "this checkout",
+        None,
+        PODS // 10,
+        settle=SETTLE,
+    )
+    table = operator_memory.table(population, [m])
     print(table)
-    assert rows(table), table
+    [row] = rows(table)
+    assert row[0] == "this checkout", table
+    assert 15 < m.operator[0] <= m.operator[1], m  # more than a bare interpreter, peak >= RSS
+    assert m.tree[0] >= m.operator[0], m  # with its rules worker, if it runs yet (above)
+    assert float(row[2]) == pytest.approx(m.tree[0] - m.operator[0], abs=0.05), table
+
+
+async def test_rollout(admin: Any, control_plane: LocalCluster) -> None:
+    # bench/rollout.py's `smoke` checks its own table: an operator, a floor and a ratio row,
+    # every node through its transition on both sides, each with an Applying step and writes.
+    table = await bench("rollout").smoke(control_plane, admin)
+    print(table)
+    body = rows(table)
+    assert [r[:2] for r in body] == [
+        ["hami-mig", "operator"],
+        ["hami-mig", "floor"],
+        ["hami-mig", "operator/floor"],
+    ], table
+    assert float(body[0][2]) > 0 and float(body[1][2]) > 0, table  # total seconds

@@ -6,12 +6,14 @@ pools. Their pods need not run: the rules read each DaemonSet's placement (and, 
 pods it already has). Each rule names the component, the nodes and the fix, in `doctor`'s
 snapshot and in the controller's (every DaemonSet from its watch, no pod but its components');
 the agent refuses a static layout where its Node shows the other owner. Where the agent cannot
-see an owner (the DRA driver leaves nothing on the Node) only the rule names it."""
+see an owner (the DRA driver leaves nothing on the Node) the controller, which reads its
+DaemonSet, releases no static layout to the node, and says why."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,7 +28,8 @@ from tests.cluster.agentkit import (
     wait_event,
     wait_state,
 )
-from tests.cluster.helpers import NodeFactory
+from tests.cluster.auditkit import audit_offset
+from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
 from tests.cluster.volcano_env import HAMI, MIG, managed_node
 from tests.kit.second_owners import (
     HAMI_NODE_LABEL,
@@ -35,11 +38,21 @@ from tests.kit.second_owners import (
     hami_device_plugin,
     mig_manager,
 )
-from vgpu_operator import kubeapi
+from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.install import OPERATOR_NAMESPACE, OPERATOR_USER
+from vgpu_operator import contract, kubeapi
+from vgpu_operator.controller.app import USER_AGENT
+from vgpu_operator.controller.reconciler import ReconcilerOptions
+from vgpu_operator.controller.runner import OperatorThread
 from vgpu_operator.controller.snapshot import compact_daemonset, read_snapshot, workload_path
-from vgpu_operator.core.nodes.gpu_owners import HAMI_REGISTER_ANNOTATION
+from vgpu_operator.core.nodes.gpu_owners import (
+    DRA_KUBELET_PLUGIN,
+    HAMI_REGISTER_ANNOTATION,
+    LAYOUT_HELD,
+)
 from vgpu_operator.core.rules import run_rules
 from vgpu_operator.core.rules.base import Finding
+from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.node import (
     GPU_OPERATOR_MIG_CONFIG_LABEL,
@@ -49,6 +62,7 @@ from vgpu_operator.models.node import (
 
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
 
+DRA_DS = "dra-driver-nvidia-gpu/dra-driver-nvidia-gpu-kubelet-plugin"
 MUTATING = {"-mig", "-r", "-cgi", "-cci", "-dci", "-dgi"}
 SEVEN = static({"1g.10gb": 7})
 Create = Callable[[dict[str, Any]], Awaitable[str]]
@@ -191,6 +205,131 @@ async def test_the_dra_drivers_kubelet_plugin_on_vgpu_and_static_mig_nodes(
     await create(dra_kubelet_plugin(dynamic_mig=False))
     [f] = await doctor_findings(api, "dra-driver-conflict")
     assert "one GPU can go to two pods" in f.message and "DynamicMIG" not in f.message
+
+
+@pytest.fixture
+def audited(cluster: ClusterUnderTest, installed: Credentials) -> Iterator[OperatorThread]:
+    """The controller (enforce mode, its configuration reconciler on) under the operator's
+    identity, the bodies of its writes in the audit log (`request_audited_kubeconfig`)."""
+    local = cluster.require_audit()
+    kubeconfig = local.request_audited_kubeconfig(
+        "operator-second-owners",
+        OPERATOR_USER,
+        ("system:serviceaccounts", f"system:serviceaccounts:{OPERATOR_NAMESPACE}"),
+    )
+    running = OperatorThread(
+        Credentials(kubeconfig=str(kubeconfig)),
+        options=ReconcilerOptions(resync_seconds=3600),
+    ).start()
+    yield running
+    running.stop()
+
+
+async def test_the_controller_holds_the_static_layout_where_the_dra_plugin_reaches(
+    api: client.ApiClient,
+    cluster: ClusterUnderTest,
+    make_nodes: NodeFactory,
+    create: Create,
+    audited: OperatorThread,
+    policies: PolicyFactory,
+) -> None:
+    """The controller reads the kubelet plugin's DaemonSet from its watch: a node joining a
+    static-MIG pool that the plugin reaches gets the pool's labels and target but no released
+    layout, the policy's status and a Node Event say why, and the layout goes out once the
+    plugin has left (the audit log: no PATCH of the node released one before)."""
+    local = cluster.require_audit()
+    offset = audit_offset(local)
+    path = await create(dra_kubelet_plugin())
+    pool = unique("pool")
+    [node] = await make_nodes("A100-SXM4-80GB", 1, gpus=1, labels={"test/pool": pool}, prefix="so")
+    spec = {
+        "nodeSelector": {"matchLabels": {"test/pool": pool}},
+        "mode": "mig",
+        "mig": {"partitioning": "static", "layout": [{"gpus": "all", "profiles": {"1g.10gb": 7}}]},
+        "nodeTaints": [],  # no taint keeps the shipped plugin off: it stays on the node
+    }
+    name = await policies("held", spec)
+
+    async def held() -> bool:
+        status = (await kubeapi.request(api, "GET", kubeapi.policy_path(name))).get("status")
+        problems = (status or {}).get("problemNodes") or []
+        return [(p["node"], p["reason"]) for p in problems] == [(node, LAYOUT_HELD)]
+
+    await eventually(held, timeout=30)
+    status = (await kubeapi.request(api, "GET", kubeapi.policy_path(name)))["status"]
+    [problem] = status["problemNodes"]
+    said = f"{DRA_KUBELET_PLUGIN} reaches this node (DaemonSet {DRA_DS}, DynamicMIG on"
+    assert said in problem["message"]
+    assert f"releases no static MIG layout to {node}" in problem["message"]
+    assert "kubeletPlugin.nodeSelector" in problem["message"]  # the fix
+    labels, annotations = await node_meta(api, node)
+    assert labels[contract.LABEL_POLICY] == name and labels[contract.LABEL_MODE] == "mig"
+    assert contract.ANN_TARGET in annotations and contract.ANN_CONFIG not in annotations
+    [event] = await controller_events(api, node, LAYOUT_HELD)
+    assert event["type"] == "Warning" and said in event["message"]
+    # the rule names the same node, and the hold
+    [f] = await controller_findings(api, "dra-driver-conflict")
+    assert f"{node} (static MIG: no layout released to its agent yet)" in f.message
+    assert "releases no static MIG layout to 1 of them" in f.message
+
+    # the plugin gone, the layout is released in the next pass
+    gone = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # before the delete is sent
+    await kubeapi.request(api, "DELETE", path, query={"propagationPolicy": "Background"})
+
+    async def released() -> bool:
+        config = NodeConfig.from_annotation(
+            (await node_meta(api, node))[1].get(contract.ANN_CONFIG)
+        )
+        return config is not None and config.gpu_mig is not None
+
+    await eventually(released, timeout=30)
+
+    # the audit log: the pool's labels went out while the plugin was there, the layout after
+    async def both_logged() -> bool:
+        return any(config_sent(p) for p in node_patches(local, offset, node))
+
+    await eventually(both_logged, timeout=15)
+    patches = node_patches(local, offset, node)
+    assert any(not config_sent(p) and p["at"] < gone for p in patches), patches
+    assert all(p["at"] > gone for p in patches if config_sent(p)), patches
+
+
+async def node_meta(api: client.ApiClient, node: str) -> tuple[dict[str, str], dict[str, str]]:
+    meta = (await kubeapi.request(api, "GET", kubeapi.node_path(node)))["metadata"]
+    return meta.get("labels") or {}, meta.get("annotations") or {}
+
+
+async def controller_events(api: client.ApiClient, node: str, reason: str) -> list[dict[str, Any]]:
+    """The controller's Events on the node with `reason` (the agent's are its own component)."""
+    body = await kubeapi.request(
+        api,
+        "GET",
+        "/api/v1/namespaces/default/events",
+        query={"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={node}"},
+    )
+    return [
+        e
+        for e in body.get("items") or []
+        if e.get("reason") == reason and (e.get("source") or {}).get("component") == USER_AGENT
+    ]
+
+
+def node_patches(local: LocalCluster, offset: int, node: str) -> list[dict[str, Any]]:
+    """The operator's accepted PATCHes of the node since `offset`: when, and the body."""
+    return [
+        {"at": str(e.get("requestReceivedTimestamp", "")), "body": e.get("requestObject") or {}}
+        for e in local.audit_events(user=OPERATOR_USER, offset=offset)
+        if e.get("verb") == "patch"
+        and (e.get("objectRef") or {}).get("resource") == "nodes"
+        and (e.get("objectRef") or {}).get("name") == node
+        and int((e.get("responseStatus") or {}).get("code", 0)) < 300
+    ]
+
+
+def config_sent(patch: dict[str, Any]) -> bool:
+    """The PATCH releases a configuration to the agent (`vgpu.volcano.sh/config`)."""
+    annotations = (patch["body"].get("metadata") or {}).get("annotations") or {}
+    return annotations.get(contract.ANN_CONFIG) is not None
 
 
 async def test_the_gpu_operators_mig_manager_on_the_pools_mig_nodes(

@@ -4,6 +4,7 @@ run GPU pods and their plugin pods."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from dataclasses import replace
@@ -112,3 +113,14 @@ def a100_cluster() -> tuple[ClusterSnapshot, dict[str, Any]]:
     steady = replace(first.after, pods=pods)
     assert not run(steady, [live], LATER).changes
     return steady, live
+
+
+def with_scheduler(s: ClusterSnapshot, tag: str) -> ClusterSnapshot:
+    """`s` with the scheduler Deployment's image at `tag`."""
+    ref = s.config.scheduler.deployment
+    deployments = copy.deepcopy(s.deployments)
+    for d in deployments:
+        if (d["metadata"].get("namespace"), d["metadata"]["name"]) == (ref.namespace, ref.name):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                c["image"] = f"{c['image'].rsplit(':', 1)[0]}:{tag}"
+    return replace(s, deployments=deployments)

@@ -28,9 +28,9 @@ SOURCES: dict[str, str] = {
     "lcip_a100_pcie_40gb_r510.txt": _YOKATAYAMA,
     "lgip_a100_pcie_40gb_r510.txt": _YOKATAYAMA,
     "lgip_h200_gpu2_excerpt.txt": "https://github.com/NVIDIA/mig-parted/issues/120 (NVIDIA H200)",
+    # models.gpu_catalog_unconfirmed: each listing as far as its public copy goes
     "lgip_h100_nvl_excerpt.txt": "https://github.com/NVIDIA/gpu-operator/pull/900 (H100 NVL)",
     "lgip_gh200_144g_excerpt.txt": "https://github.com/NVIDIA/mig-parted/pull/139 (GH200 144G)",
-    # models.gpu_catalog_unconfirmed: each listing as far as its public copy goes
     "lgip_b200_excerpt.txt": "https://github.com/NVIDIA/mig-parted/pull/166 (B200; the same "
     "listing in https://github.com/NVIDIA/gpu-operator/pull/1242)",
     "lgip_b200_second_excerpt.txt": "https://github.com/NVIDIA/mig-parted/pull/187 (B200, another "

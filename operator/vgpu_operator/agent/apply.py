@@ -37,6 +37,7 @@ from vgpu_operator.agent.observe import observe, processes_on, read_back
 from vgpu_operator.agent.outcome import GpuOutcome, Outcome, Reason, State
 from vgpu_operator.agent.parse import SmiErrorKind
 from vgpu_operator.agent.smi import NvidiaSmi, SmiError
+from vgpu_operator.core.mig.layout import UNCONFIRMED
 from vgpu_operator.core.mig.partition import GpuPlan, LayoutError, Step, StepKind, plan_node
 from vgpu_operator.core.mig.verify import verify, verify_gpu
 from vgpu_operator.models.gpu_catalog import arch_for_name
@@ -157,8 +158,9 @@ def _observe_reason(e: SmiError) -> Reason:
 def _invalid(
     errors: tuple[LayoutError, ...], inv: Inventory, previous: NodeConfig | None
 ) -> Outcome:
-    capable = all("not MIG-capable" in e.message for e in errors)
-    reason = Reason.NOT_MIG_CAPABLE if capable else Reason.INVALID
+    reason = Reason.UNCONFIRMED if all(e.kind == UNCONFIRMED for e in errors) else Reason.INVALID
+    if all("not MIG-capable" in e.message for e in errors):
+        reason = Reason.NOT_MIG_CAPABLE
     message = "; ".join(str(e) for e in errors)
     return Outcome(
         "failed", reason, message, inventory=inv.model_copy(update={"applied": previous})

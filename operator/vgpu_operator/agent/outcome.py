@@ -18,6 +18,9 @@ class Reason(StrEnum):
     NO_CONFIG = "no configuration"
     INVALID = "invalid configuration"
     NOT_MIG_CAPABLE = "not MIG-capable"
+    # a static layout on a GPU model the catalog does not confirm: the Event reason is the
+    # controller's for the node (core.nodes.node_hardware.UNCONFIRMED_MODEL)
+    UNCONFIRMED = "unconfirmed mig model"
     IN_USE = "GPU in use"
     REBOOT_REQUIRED = "reboot required"
     RESET_REFUSED = "reset refused"

@@ -276,19 +276,20 @@ class Controller:
 
     async def daemonset_event(self, change: Change[Obj]) -> None:
         """A configured plugin DaemonSet: a pass on every event (its rollout shows in its
-        status); any other: when its spec changed (the rules look for MindCluster and NVIDIA
-        device plugins among them)."""
+        status); any other: when it came, went or its spec changed (the rules look for
+        MindCluster and NVIDIA device plugins and the GPUs' second owners among them; NVIDIA's
+        DRA kubelet plugin holds static layouts, `controller.reconciler`)."""
         if self.volcano is None:
             return
         meta = change.obj.get("metadata") or {}
         named = (meta.get("namespace"), str(meta.get("name", "")))
-        respecced = daemonset_spec(change.previous) != daemonset_spec(change.item)
+        gone = change.type == DELETED  # (a deletion's item is its last state: the same spec)
+        respecced = gone or daemonset_spec(change.previous) != daemonset_spec(change.item)
         if self.volcano.watches("DaemonSet", *named) or respecced:
             self.request_configuration_pass()
         ref = self.settings.config.device_plugin
         if named == (ref.namespace, ref.name):  # which policies are refused may change
             config = self.settings.config
-            gone = change.type == DELETED
             before = plugin_node_values(change.previous, config) if change.previous else None
             if before != (None if gone else plugin_node_values(change.item, config)):
                 self.reconciler.request_full()

@@ -3,14 +3,17 @@ status (written only when it changed), the refusals' Warning Events, the release
 being deleted (once none of its nodes carries its label or is still in a transition charged to
 it; Kopf's deletion handler waits for it, and Kopf then removes its finalizer), and the gauges.
 The writer owns what it remembers between passes: the statuses written and not seen back yet,
-the refusals posted, the waits for releases and the nodes each deleted policy still held."""
+the refusals posted, the waits for releases, the nodes each deleted policy still held, and since
+when each policy waits for what it must read first (`ParsedPolicy.waiting`: its status says so
+only once the wait lasts `WAIT_REPORTED_AFTER`; a wait that ends sooner, as the one for the first
+configuration pass at start-up does, changes no status)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Container, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -34,6 +37,11 @@ log = logging.getLogger("vgpu_operator.reconciler")
 
 # Posts an Event: (the object's reference, type, reason, message); kubeapi.events.EventPoster.
 EventPoster = Callable[[Mapping[str, Any], str, str, str], None]
+
+# How long a policy waits (`ParsedPolicy.waiting`) before its status says so: the first
+# configuration pass reads the scheduler a few seconds after start-up, after the Nodes, GPU pods
+# and DaemonSets are listed.
+WAIT_REPORTED_AFTER = timedelta(seconds=30)
 
 
 class PolicyStatusWriter:
@@ -67,6 +75,8 @@ class PolicyStatusWriter:
         self._released: dict[str, asyncio.Event] = {}  # deleted policies someone waits on
         self.still_held: dict[str, list[str]] = {}  # deleted policies: nodes held at the last pass
         self._retry_timer: asyncio.TimerHandle | None = None
+        self._waiting_since: dict[str, datetime] = {}  # policies waiting, since when
+        self._wait_timer: asyncio.TimerHandle | None = None
 
     # -- statuses ---------------------------------------------------------------------------
     async def write(
@@ -109,8 +119,9 @@ class PolicyStatusWriter:
             parsed = cluster.policies.get(name, entry.parsed)  # with a refusal, if any
             new = compute_status(parsed, cluster, nodes, old, now, extra, failures)
             conditions[name] = {c.type: c.status for c in new.conditions}
+            unreported = self._wait_unreported(name, parsed, now)
             body = status_patch(old, new)
-            if body is None:
+            if body is None or unreported:
                 continue
             try:
                 await kubeapi.request(
@@ -146,6 +157,28 @@ class PolicyStatusWriter:
     def forget_policy(self, name: str) -> None:
         self._written_status.pop(name, None)
         self.still_held.pop(name, None)
+        self._waiting_since.pop(name, None)
+
+    def _wait_unreported(self, name: str, parsed: ParsedPolicy, now: datetime) -> bool:
+        """Whether the status of `parsed` stays as it is: the policy only waits (no refusal,
+        no `spec.suspend`) and has waited less than `WAIT_REPORTED_AFTER` so far; a full pass is
+        then asked for when the wait would be reported."""
+        spec = parsed.policy.spec if parsed.policy is not None else None
+        if not parsed.waiting or parsed.refused or spec is None or spec.suspend:
+            self._waiting_since.pop(name, None)
+            return False
+        since = self._waiting_since.setdefault(name, now)
+        left = (since + WAIT_REPORTED_AFTER - now).total_seconds()
+        if left <= 0:
+            return False
+        if self._wait_timer is None:
+
+            def fire() -> None:
+                self._wait_timer = None
+                self.request_full()
+
+            self._wait_timer = asyncio.get_running_loop().call_later(left, fire)
+        return True
 
     # -- refusals ---------------------------------------------------------------------------
     def warn_refused(

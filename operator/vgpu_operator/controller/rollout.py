@@ -23,6 +23,7 @@ from typing import Any
 from vgpu_operator import contract, kubeapi
 from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.gpu_owners import OtherOwner
 from vgpu_operator.core.nodes.planner import NodePlan
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.decide import GpuPod, PluginReading, RolloutPlan, decide_cluster
@@ -103,7 +104,12 @@ class RolloutDriver:
     _timer: asyncio.TimerHandle | None = None
     _timer_at: datetime | None = None
 
-    def decide(self, nodes: Mapping[str, NodeFacts], parsed: list[ParsedPolicy]) -> RolloutPlan:
+    def decide(
+        self,
+        nodes: Mapping[str, NodeFacts],
+        parsed: list[ParsedPolicy],
+        owners: Mapping[str, OtherOwner] | None = None,
+    ) -> RolloutPlan:
         pods: dict[str, tuple[GpuPod, ...]] = {}
         registrations: dict[str, str] = {}
         for name in nodes:
@@ -127,6 +133,7 @@ class RolloutDriver:
             registrations=registrations,
             refusals=self.refusals,
             plugins=self.plugin_readings(moving) if moving else {},
+            owners=owners,
         )
         self.waiting_on_configuration = frozenset(
             n

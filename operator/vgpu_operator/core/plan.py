@@ -8,7 +8,8 @@ order, each on the state the previous one leaves:
    registration, as the controller hands them): which changes are disruptive (a mode or MIG
    layout change, `core.rollout.arrival.arrival_kind`), which nodes it takes now (cordon, drain)
    and which wait for room in the budget, and so the order (`maxUnavailable` at a time);
-2. the nodes: `core.nodes.planner.plan_cluster` with the rollout's steps (selection, ownership, the
+2. the nodes: `core.nodes.planner.plan_cluster` with the rollout's steps and the nodes another MIG
+   owner reaches (`core.volcano.dra_kubelet_plugin.layout_owners`) (selection, ownership, the
    one PATCH per node, what is held back); what it shows of each (`core.node_changes`);
 3. the Volcano/HAMi writes on the cluster once every node is released (each PATCH replayed,
    `core.nodes.mergepatch`): the write plan enforce would send in that pass
@@ -33,12 +34,14 @@ from pydantic import ValidationError
 
 from vgpu_operator.core.node_changes import NodeChange, node_change, rollout_pods
 from vgpu_operator.core.nodes.facts import node_facts
+from vgpu_operator.core.nodes.gpu_owners import OtherOwner
 from vgpu_operator.core.nodes.mergepatch import apply_merge_patch
 from vgpu_operator.core.nodes.planner import plan_cluster
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.refusals import refusal_scheduler, refuse_policies
 from vgpu_operator.core.rollout.decide import GpuPod, PolicyRollout, RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout.leave import plan_with_leaves
+from vgpu_operator.core.volcano.dra_kubelet_plugin import layout_owners
 from vgpu_operator.core.volcano.memory_unit import plugin_memory_unit
 from vgpu_operator.core.volcano.plugin_refusal import snapshot_plugin_values
 from vgpu_operator.core.volcano.restarts import RestartSettings
@@ -119,11 +122,14 @@ def _decide(
     policies: Iterable[ParsedPolicy],
     now: datetime,
     pods: Mapping[str, tuple[GpuPod, ...]],
+    owners: Mapping[str, OtherOwner],
 ) -> RolloutPlan:
-    """The rollout's decision from what the controller would hand it: each node's GPU pods and
-    the plugin's registration."""
+    """The rollout's decision from what the controller would hand it: each node's GPU pods,
+    the plugin's registration and the other MIG owners by node."""
     registrations = {name_of(n): text for n in s.nodes if (text := registration(n))}
-    return decide_cluster(facts, policies, now, pods=pods, registrations=registrations)
+    return decide_cluster(
+        facts, policies, now, pods=pods, registrations=registrations, owners=owners
+    )
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -165,13 +171,15 @@ def plan(
             refused = "; ".join(x.describe() for x in p.refused)
             notes.append(f"policy {p.name}: the change is refused (its nodes are held): {refused}")
     pods = rollout_pods(s)
-    decision = _decide(s, facts, parsed.values(), now, pods)
+    owners = layout_owners(s.daemonsets, s.nodes, s.pods)  # no static layout released there
+    decision = _decide(s, facts, parsed.values(), now, pods, owners)
     cluster = plan_with_leaves(
         facts,
         parsed.values(),
         require_gpu_evidence=s.config.require_gpu_evidence,
         steps=decision.steps,
         held=decision.held,
+        owners=owners,
     )
     raw = {name_of(n): n for n in s.nodes}
     changes = [
@@ -186,6 +194,7 @@ def plan(
         for name, plan in sorted(cluster.plans.items())
         if plan.patch is not None
         or plan.action in ("blocked", "conflict")
+        or plan.problems
         or name in decision.steps
     ]
     rollout = _rollout(decision)
@@ -194,7 +203,10 @@ def plan(
     final = cluster
     if decision.steps:
         final = plan_cluster(
-            facts, parsed.values(), require_gpu_evidence=s.config.require_gpu_evidence
+            facts,
+            parsed.values(),
+            require_gpu_evidence=s.config.require_gpu_evidence,
+            owners=owners,
         )
         notes.append(
             "the rollout paces "

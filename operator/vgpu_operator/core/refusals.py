@@ -16,10 +16,13 @@ reason. The refusals, each adding its problems to those before it:
 4. an ascend-vnpu pool that would turn on hami-vnpu-core soft slicing where it cannot run: a
    scheduler older than Volcano 1.16 or a node it owns that is not arm64
    (`core.volcano.soft_slicing`; `scheduler` None, or a version not known: nothing is refused
-   for the version, and the rule `ascend-soft-slicing` warns).
+   for the version, and the rule `ascend-soft-slicing` warns; `scheduler` `NOT_READ_YET`, a read
+   still to come: each pool that may turn it on *waits*, `ParsedPolicy.waiting`, held as a
+   refused one is, and is refused or accepted once the scheduler is read).
 
 What each refusal reads of the cluster is handed in here, by every caller alike: the plugin's
-values, the nodes, the scheduler (`refusal_scheduler` of the snapshot the caller plans with).
+values, the nodes, the scheduler (`refusal_scheduler` of the snapshot the caller plans with;
+`plan` reads the cluster itself, so for it the scheduler is always read).
 
 A policy being deleted, or invalid, is never refused: its nodes leave as any deletion's do.
 """
@@ -36,17 +39,19 @@ from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.volcano.plugin_refusal import PluginNodeValues, refuse_ignored
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.core.volcano.soft_slicing import (
+    NOT_READ_YET,
     AscendScheduler,
     ascend_scheduler,
     refuse_soft_slicing,
 )
 from vgpu_operator.models.config import OperatorConfig
 
-__all__ = ["AscendScheduler", "refusal_scheduler", "refuse_policies"]
+__all__ = ["NOT_READ_YET", "AscendScheduler", "refusal_scheduler", "refuse_policies"]
 
 
 def refusal_scheduler(s: ClusterSnapshot | None) -> AscendScheduler | None:
-    """What the refusals read of the scheduler, from a snapshot (None: none read yet)."""
+    """What the refusals read of the scheduler, from a snapshot (None: none read, and none will
+    be; a read still to come is `NOT_READ_YET`)."""
     return ascend_scheduler(s) if s is not None else None
 
 

@@ -297,76 +297,6 @@ H200: Final = GpuModel(
     ),
 )
 
-# A real `mig -lgip` of an H100 NVL (https://github.com/NVIDIA/gpu-operator/pull/900 and the
-# 3g/4g sizes quoted in https://github.com/NVIDIA/mig-parted/pull/101): 1g.12gb 10.75 GiB,
-# 1g.24gb/2g.24gb 21.62, 3g.47gb 46.38. NVML name and device ID 0x232110DE:
-# https://github.com/akash-network/provider-configs/pull/91.
-_NVL_EST = "UNCONFIRMED: GiB of 4g/7g and their engines, estimated from the 3g row and H100"
-H100_NVL: Final = GpuModel(
-    key="H100 NVL",
-    nvml_name="NVIDIA H100 NVL",
-    arch="hopper",
-    memory_mib=95830,
-    compute_slices=7,
-    memory_slices=8,
-    pci_device_id="0x232110DE",
-    unconfirmed="memory.total: CUDA reports 95330 MiB (fastfetch-cli/fastfetch#1658); NVML's "
-    "total estimated 500 MiB above it, as on H100 80GB",
-    profiles=(
-        _p(19, "1g.12gb", 1, 10.75, 7, _P7_1, (16, 1, 0, 1, 1, 0)),
-        _p(20, "1g.12gb+me", 1, 10.75, 1, _P7_1, (16, 1, 0, 1, 1, 1)),
-        _p(
-            15,
-            "1g.24gb",
-            2,
-            21.62,
-            4,
-            _P7_1X2,
-            (26, 1, 0, 1, 1, 0),
-            ci=HOPPER_1G_CI,
-            unconfirmed=_HOPPER_1G_CI_ANALOGY,
-        ),
-        _p(14, "2g.24gb", 2, 21.62, 3, _P7_2, (32, 2, 0, 2, 2, 0)),
-        _p(9, "3g.47gb", 4, 46.38, 2, _P7_3, (60, 3, 0, 3, 3, 0), unconfirmed=_NVL_EST),
-        _p(5, "4g.47gb", 4, 46.38, 1, _P7_4, (64, 4, 0, 4, 4, 0), unconfirmed=_NVL_EST),
-        _p(0, "7g.94gb", 8, 93.00, 1, _P7_7, (132, 7, 0, 8, 7, 1), unconfirmed=_NVL_EST),
-    ),
-)
-
-# A real `mig -lgip` of a GH200 144G HBM3e (https://github.com/NVIDIA/mig-parted/pull/139, device
-# 0x234810DE): 1g.18gb 17.50 GiB 16 SM, 1g.36gb/2g.36gb 35.25 GiB 26/32 SM. The 3g.72gb name is
-# mig-parted's (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml).
-_GH200_EST = "UNCONFIRMED: GiB and engines estimated from the 2g row and H200 (rows not seen)"
-GH200_144G: Final = GpuModel(
-    key="GH200 144G HBM3e",
-    nvml_name="NVIDIA GH200 144G HBM3e",
-    arch="hopper",
-    memory_mib=146831,
-    compute_slices=7,
-    memory_slices=8,
-    pci_device_id="0x234810DE",
-    unconfirmed="memory.total (146831 MiB) from a public --query-gpu capture, repository unknown",
-    profiles=(
-        _p(19, "1g.18gb", 1, 17.50, 7, _P7_1, (16, 1, 0, 1, 1, 0)),
-        _p(20, "1g.18gb+me", 1, 17.50, 1, _P7_1, (16, 1, 0, 1, 1, 1)),
-        _p(
-            15,
-            "1g.36gb",
-            2,
-            35.25,
-            4,
-            _P7_1X2,
-            (26, 1, 0, 1, 1, 0),
-            ci=HOPPER_1G_CI,
-            unconfirmed="CI profile 7: the review reports it for GH200's 1g.24gb",
-        ),
-        _p(14, "2g.36gb", 2, 35.25, 3, _P7_2, (32, 2, 0, 2, 2, 0)),
-        _p(9, "3g.72gb", 4, 70.75, 2, _P7_3, (60, 3, 0, 3, 3, 0), unconfirmed=_GH200_EST),
-        _p(5, "4g.72gb", 4, 70.75, 1, _P7_4, (64, 4, 0, 4, 4, 0), unconfirmed=_GH200_EST),
-        _p(0, "7g.144gb", 8, 141.50, 1, _P7_7, (132, 7, 0, 8, 7, 1), unconfirmed=_GH200_EST),
-    ),
-)
-
 # The PCIe SKUs of the 40GB/80GB geometries. mig-parted applies the same configs to
 # these device IDs (NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml); the NVML
 # names are the ones nvidia-smi prints.
@@ -391,9 +321,9 @@ H100_PCIE: Final = _sku(
     "0x233110DE",
     unconfirmed="UNCONFIRMED: SM counts are the SXM part's (the PCIe part has 114 SMs, not 132)",
 )
-# GPUs no cited listing confirms (H800, A800, H20, H200 NVL, B200, GB200, RTX PRO 6000 Blackwell)
-# are rows of models.gpu_catalog_unconfirmed, kept out of this table: nothing plans, checks or
-# renders from them.
+# GPUs no cited listing confirms (H100 NVL, GH200 144G, H800, A800, H20, H200 NVL, B200, GB200,
+# RTX PRO 6000 Blackwell) are rows of models.gpu_catalog_unconfirmed, kept out of this table:
+# nothing plans, checks or renders from them.
 
 A30: Final = GpuModel(
     key="A30",
@@ -441,9 +371,7 @@ GPU_MODELS: Final[dict[str, GpuModel]] = {
         A100_80GB_PCIE,
         H100_80GB,
         H100_PCIE,
-        H100_NVL,
         H200,
-        GH200_144G,
         RTX_4090,
     )
 }

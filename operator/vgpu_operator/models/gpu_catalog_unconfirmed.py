@@ -8,10 +8,11 @@ what no source shows. No figure here is estimated: a profile no listing shows ha
 
 Such a row is not a models.gpu_catalog row on purpose, so nothing treats it as hardware: a static
 MIG layout on these GPUs (or on any GPU without a models.gpu_catalog row) is refused for the node
-(core.nodes.validate, `static_refusal`: what would confirm the model), as nothing could check it;
-the node agent's planner finds no catalog model either (core.mig.layout; it would turn MIG on
-first and plan from the driver's listing, core.mig.partition's two phases); the agent never
-fills in profiles from a row here (agent.observe); knownMigGeometries gets an entry for
+(core.nodes.node_hardware, `static_refusal`: what would confirm the model), as nothing could check
+it, and the node agent's planner refuses it the same way (core.mig.layout,
+`static_refusal_for_gpu`: no step, not even MIG mode, and the node says why); dynamic MIG is served
+where the agent's own listing of the driver confirms the profiles. The agent never fills in
+profiles from a row here (agent.observe); knownMigGeometries gets an entry for
 such a GPU from an operator-config entry or an agent's report of the driver's listing
 (`fromInventory`, after core.volcano.geometry's sanity and shadowing checks, with the memory of
 that report, core.volcano.mig_memory), never from a built-in entry that matches it (another GPU's
@@ -23,209 +24,119 @@ show the memory of every profile and the placements.
 from __future__ import annotations
 
 import re
-from typing import Final, NamedTuple
+from typing import Final
 
-MIG_PARTED_CONFIG: Final = "NVIDIA/mig-parted@v0.15.0:deployments/systemd/config-default.yaml"
-# HAMi's own scheduler chart names some of these models in its migProfileAllowlist (its model
-# strings match as substrings too).
-HAMI_CHART: Final = (
-    "Project-HAMi/HAMi@v2.10.0:charts/hami/templates/scheduler/device-configmap.yaml"
+from vgpu_operator.models import gpu_catalog
+from vgpu_operator.models.gpu_catalog_unconfirmed_blackwell import (
+    B200,
+    GB200,
+    RTX_PRO_6000_MAX_Q,
+    RTX_PRO_6000_SERVER,
+    RTX_PRO_6000_WORKSTATION,
 )
-MIG_GUIDE_TABLES: Final = (
-    "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
+from vgpu_operator.models.unconfirmed_gpu import (
+    HAMI_CHART,
+    MIG_GUIDE_TABLES,
+    MIG_PARTED_CONFIG,
+    KnownProfile,
+    ListedProfile,
+    UnconfirmedGpu,
+    listing_rows,
 )
 
+__all__ = [
+    "A800_40GB",
+    "A800_80GB_PCIE",
+    "A800_SXM4_80GB",
+    "B200",
+    "GB200",
+    "GH200_144G",
+    "H20",
+    "H100_NVL",
+    "H200_NVL",
+    "H800",
+    "HAMI_CHART",
+    "MIG_GUIDE_TABLES",
+    "MIG_PARTED_CONFIG",
+    "RTX_PRO_6000_MAX_Q",
+    "RTX_PRO_6000_SERVER",
+    "RTX_PRO_6000_WORKSTATION",
+    "UNCONFIRMED_GPUS",
+    "KnownProfile",
+    "ListedProfile",
+    "UnconfirmedGpu",
+    "product_label",
+    "row_for_product",
+    "static_refusal",
+    "static_refusal_for_gpu",
+    "unconfirmed_names",
+]
 
-class ListedProfile(NamedTuple):
-    """One row of a real `nvidia-smi mig -lgip` listing, as printed there."""
+# --- H100 NVL and GH200 144G: listings whose public copies stop after the 2g profile ----------
 
-    name: str
-    id: int  # the nvidia-smi profile ID
-    total: int  # the "Total" of "Free/Total"
-    memory_gib: float  # the "Memory GiB" column
-    sm: int
-    source: str
-
-
-class KnownProfile(NamedTuple):
-    """A GPU-instance profile a cited source names for the model; `max_count` None: no source
-    gives the most instances of it."""
-
-    name: str
-    max_count: int | None
-
-
-class UnconfirmedGpu(NamedTuple):
-    key: str  # short model name
-    nvml_name: str  # the name NVML reports, "" when no source names it at all
-    name_seen: str  # the capture that shows `nvml_name` exactly; "" : the name is not confirmed
-    pci_device_ids: tuple[str, ...]  # mig-parted's device-filter form, 0xDDDDVVVV
-    pci_source: str
-    profiles: tuple[KnownProfile, ...]
-    profiles_source: str
-    listed: tuple[ListedProfile, ...]
-    unconfirmed: str  # why this is not a models.gpu_catalog row
-
-    def lowest_gib(self, profile: str) -> float | None:
-        """The lowest `-lgip` figure any cited listing shows for `profile` (None: none shows it)."""
-        return min((r.memory_gib for r in self.listed if r.name == profile), default=None)
-
-    @property
-    def unlisted(self) -> tuple[str, ...]:
-        """The profiles no cited listing shows a memory figure for."""
-        seen = {r.name for r in self.listed}
-        return tuple(p.name for p in self.profiles if p.name not in seen)
-
-
-def _rows(source: str, *rows: tuple[str, int, int, float, int]) -> tuple[ListedProfile, ...]:
-    return tuple(ListedProfile(n, i, t, g, sm, source) for n, i, t, g, sm in rows)
-
-
-# --- B200 and GB200 --------------------------------------------------------------------------
-
-_B200_A = "https://github.com/NVIDIA/mig-parted/pull/166 (the same in NVIDIA/gpu-operator#1242)"
-_B200_B = "https://github.com/NVIDIA/mig-parted/pull/187 (the same in NVIDIA/gpu-operator#1351)"
-B200: Final = UnconfirmedGpu(
-    key="B200",
-    nvml_name="NVIDIA B200",
-    name_seen="",
-    pci_device_ids=("0x290110DE",),
-    pci_source=f"{MIG_PARTED_CONFIG} (`# B200`); NVIDIA/mig-parted@v0.15.0:CHANGELOG.md",
+_NVL_LISTING = "https://github.com/NVIDIA/gpu-operator/pull/900 (H100 NVL)"
+# NVIDIA's MIG user guide gives no GiB figure to take instead: its tables give each profile's
+# fraction of memory (MIG_GUIDE_TABLES), and `-lgip`'s figure is below the name's GB.
+_FRACTIONS_ONLY = "NVIDIA's MIG user guide tables give fractions of memory, not GiB"
+H100_NVL: Final = UnconfirmedGpu(
+    key="H100 NVL",
+    nvml_name="NVIDIA H100 NVL",
+    name_seen="https://github.com/akash-network/provider-configs/pull/91 "
+    "(`nvidia-smi --query-gpu=name,pci.device_id`: NVIDIA H100 NVL, 0x232110DE)",
+    pci_device_ids=("0x232110DE",),
+    pci_source="the capture in name_seen; "
+    f"{MIG_PARTED_CONFIG}: `# H100 NVL, H800 NVL` over 0x232110DE 0x233A10DE",
     profiles=(
-        KnownProfile("1g.23gb", 7),
-        KnownProfile("1g.23gb+me", 1),
-        KnownProfile("1g.45gb", 4),
-        KnownProfile("2g.45gb", 3),
-        KnownProfile("3g.90gb", 2),
-        KnownProfile("4g.90gb", 1),
-        KnownProfile("7g.180gb", 1),
+        KnownProfile("1g.12gb", 7),
+        KnownProfile("1g.12gb+me", 1),
+        KnownProfile("1g.24gb", 4),
+        KnownProfile("2g.24gb", 3),
+        KnownProfile("3g.47gb", 2),
+        KnownProfile("4g.47gb", 1),
+        KnownProfile("7g.94gb", 1),
     ),
-    profiles_source=f"{MIG_GUIDE_TABLES} (B200 180 GB)",
-    listed=_rows(
-        _B200_A,
-        ("1g.23gb", 19, 7, 22.00, 18),
-        ("1g.23gb+me", 20, 1, 22.00, 18),
-        ("1g.45gb", 15, 4, 44.25, 30),
-        ("2g.45gb", 14, 3, 44.25, 36),
-    )
-    + _rows(
-        _B200_B,
-        ("1g.23gb", 19, 7, 20.50, 18),
-        ("1g.23gb+me", 20, 1, 20.50, 18),
-        ("1g.45gb", 15, 4, 44.25, 30),
-        ("2g.45gb", 14, 3, 44.25, 36),
+    profiles_source=f"{MIG_PARTED_CONFIG} (the all-* configs under `# H100 NVL, H800 NVL, GH200` "
+    "and `# H100 NVL, H800 NVL`)",
+    listed=listing_rows(
+        _NVL_LISTING,
+        ("1g.12gb", 19, 7, 10.75, 16),
+        ("1g.12gb+me", 20, 1, 10.75, 16),
+        ("1g.24gb", 15, 4, 21.62, 26),
+        ("2g.24gb", 14, 3, 21.62, 32),
     ),
-    unconfirmed="the public listings stop after 2g.45gb: no cited listing shows the memory of "
-    "3g.90gb, 4g.90gb or 7g.180gb, nor `-lgipp` placements; no capture shows the NVML name",
+    unconfirmed="the public copy of the listing stops at 2g.24gb: no cited listing row shows the "
+    "memory of 3g.47gb, 4g.47gb or 7g.94gb (https://github.com/NVIDIA/mig-parted/pull/101 quotes "
+    f"46.38 GiB for 3g.47gb in a sum, not as a listing row), nor `-lgipp` placements; "
+    f"{_FRACTIONS_ONLY}",
 )
 
-_GB200_PROD = "https://github.com/NVIDIA/mig-parted/issues/227 (a production GB200)"
-# An earlier GB200 board listed `1g.24gb` (20.00 GiB) where production boards list 1g.23gb
-# (https://github.com/NVIDIA/gpu-operator/pull/1303; the names changed in
-# https://github.com/NVIDIA/mig-parted/pull/228): only the rows of names production boards list.
-_GB200_EARLY = "https://github.com/NVIDIA/gpu-operator/pull/1303 (an earlier GB200 board)"
-GB200: Final = UnconfirmedGpu(
-    key="GB200",
-    nvml_name="NVIDIA GB200",
+_GH200_LISTING = "https://github.com/NVIDIA/mig-parted/pull/139 (GH200 144G HBM3e)"
+GH200_144G: Final = UnconfirmedGpu(
+    key="GH200 144G HBM3e",
+    nvml_name="NVIDIA GH200 144G HBM3e",
     name_seen="",
-    pci_device_ids=("0x294110DE",),
-    pci_source=f"{MIG_PARTED_CONFIG} (`# GB200 HGX`); NVIDIA/mig-parted@v0.15.0:CHANGELOG.md",
+    pci_device_ids=("0x234810DE",),
+    pci_source=f"{MIG_PARTED_CONFIG} (`# GH200 144G HBM3e`); {_GH200_LISTING}",
     profiles=(
-        KnownProfile("1g.23gb", 7),
-        KnownProfile("1g.23gb+me", 1),
-        KnownProfile("1g.47gb", 4),
-        KnownProfile("2g.47gb", 3),
-        KnownProfile("3g.93gb", 2),
-        KnownProfile("4g.93gb", 1),
-        KnownProfile("7g.186gb", 1),
+        KnownProfile("1g.18gb", 7),
+        KnownProfile("1g.18gb+me", 1),
+        KnownProfile("1g.36gb", 4),
+        KnownProfile("2g.36gb", 3),
+        KnownProfile("3g.72gb", None),
     ),
-    profiles_source=f"{MIG_PARTED_CONFIG} (the all-* configs under `# GB200 HGX` and "
-    "`# GB200, B200`; the MIG user guide has no GB200 table)",
-    listed=_rows(
-        _GB200_PROD,
-        ("1g.23gb", 19, 7, 22.00, 18),
-        ("1g.23gb+me", 20, 1, 22.00, 18),
-        ("1g.47gb", 15, 4, 45.50, 32),
-        ("2g.47gb", 14, 3, 45.50, 38),
-    )
-    + _rows(_GB200_EARLY, ("1g.47gb", 15, 4, 45.50, 32), ("2g.47gb", 14, 3, 45.50, 38)),
-    unconfirmed="no cited listing shows the memory of 3g.93gb, 4g.93gb or 7g.186gb, nor "
-    "placements; no capture shows the NVML name",
-)
-
-# --- RTX PRO 6000 Blackwell: one MIG table for three editions ---------------------------------
-
-# https://github.com/bigstack-oss/cubecos/issues/312 (about the Server Edition; nvidia-smi cuts the
-# name to "NVIDIA RTX PRO 6000 Blac...", 97887MiB) lists GPU 1 and GPU 2; the GKE device plugin's
-# listing (GoogleCloudPlatform/container-engine-accelerators#564) shows 23.62 for the 1g rows.
-_RTX_BIGSTACK = "https://github.com/bigstack-oss/cubecos/issues/312"
-_RTX_GKE = "https://github.com/GoogleCloudPlatform/container-engine-accelerators/pull/564"
-_RTX_PROFILES = (
-    KnownProfile("1g.24gb", 4),
-    KnownProfile("1g.24gb+me", 1),
-    KnownProfile("1g.24gb+gfx", 4),
-    KnownProfile("1g.24gb+me.all", 1),
-    KnownProfile("1g.24gb-me", 4),
-    KnownProfile("2g.48gb", 2),
-    KnownProfile("2g.48gb+gfx", 2),
-    KnownProfile("2g.48gb+me.all", 1),
-    KnownProfile("2g.48gb-me", 2),
-    KnownProfile("4g.96gb", 1),
-    KnownProfile("4g.96gb+gfx", 1),
-)
-_RTX_LISTED = _rows(
-    _RTX_BIGSTACK,
-    ("1g.24gb", 14, 4, 23.12, 46),
-    ("1g.24gb+me", 21, 1, 23.12, 46),
-    ("1g.24gb+gfx", 47, 4, 23.12, 46),
-    ("1g.24gb+me.all", 65, 1, 23.12, 46),
-    ("1g.24gb-me", 67, 4, 23.12, 46),
-    ("2g.48gb", 5, 2, 46.50, 94),
-    ("2g.48gb+gfx", 35, 2, 46.50, 94),
-    ("2g.48gb+me.all", 64, 1, 46.50, 94),
-    ("2g.48gb-me", 66, 2, 46.50, 94),
-) + _rows(
-    _RTX_GKE,
-    ("1g.24gb", 14, 4, 23.62, 46),
-    ("1g.24gb+me", 21, 1, 23.62, 46),
-    ("1g.24gb+gfx", 47, 4, 23.62, 46),
-)
-_RTX_TABLE = (
-    f"{MIG_GUIDE_TABLES} (one table for the Workstation, Max-Q Workstation and Server Editions)"
-)
-_RTX_WHY = (
-    "no cited listing shows the memory of 4g.96gb or 4g.96gb+gfx, nor placements (4 compute "
-    "and 4 memory slices by the MIG user guide's fractions)"
-)
-RTX_PRO_6000_SERVER: Final = UnconfirmedGpu(
-    key="RTX PRO 6000 Blackwell Server Edition",
-    nvml_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
-    name_seen="",
-    pci_device_ids=("0x2BB510DE",),
-    pci_source=f"{MIG_PARTED_CONFIG} (`# RTX PRO 6000 Blackwell`); the Server Edition's "
-    "`RTX-PRO-6000 0x2bb5` in https://github.com/NVIDIA/gpu-admin-tools/issues/17",
-    profiles=_RTX_PROFILES,
-    profiles_source=_RTX_TABLE,
-    listed=_RTX_LISTED,
-    unconfirmed=f"{_RTX_WHY}; the listings' nvidia-smi cuts the NVML name (HAMi's chart matches "
-    f"it by `RTX PRO 6000 Blackwell Server Edition`, {HAMI_CHART}: no capture)",
-)
-RTX_PRO_6000_WORKSTATION: Final = RTX_PRO_6000_SERVER._replace(
-    key="RTX PRO 6000 Blackwell Workstation Edition",
-    nvml_name="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-    pci_device_ids=(),
-    pci_source="",
-    listed=(),
-    unconfirmed=f"{_RTX_WHY}; no listing of this edition is cited (the table says it has the "
-    "same profiles); neither its NVML name nor its PCI device ID is seen",
-)
-RTX_PRO_6000_MAX_Q: Final = RTX_PRO_6000_WORKSTATION._replace(
-    key="RTX PRO 6000 Blackwell Max-Q Workstation Edition",
-    nvml_name="NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
-    unconfirmed=f"{_RTX_WHY}; no listing of this edition is cited; GFD's product label "
-    "`NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition` "
-    "(https://github.com/NVIDIA/gpu-operator/issues/2249) is the NVML name with spaces as '-', "
-    "so which '-' were spaces is not shown",
+    profiles_source=f"the listing of {_GH200_LISTING} (1g.18gb, 1g.18gb+me, 1g.36gb, 2g.36gb); "
+    f"{MIG_PARTED_CONFIG} (all-balanced under `# GH200 144G HBM3e`: 1g.18gb x2, 2g.36gb, "
+    "3g.72gb)",
+    listed=listing_rows(
+        _GH200_LISTING,
+        ("1g.18gb", 19, 7, 17.50, 16),
+        ("1g.18gb+me", 20, 1, 17.50, 16),
+        ("1g.36gb", 15, 4, 35.25, 26),
+        ("2g.36gb", 14, 3, 35.25, 32),
+    ),
+    unconfirmed="the public listing stops at 2g.36gb: no cited listing shows the memory of "
+    "3g.72gb or how many it allows, no source names a 4g or 7g profile, nor placements; "
+    f"{_FRACTIONS_ONLY}; no capture shows the NVML name",
 )
 
 # --- Hopper and Ampere export and NVL parts ----------------------------------------------------
@@ -340,6 +251,8 @@ A800_40GB: Final = UnconfirmedGpu(
 UNCONFIRMED_GPUS: Final[dict[str, UnconfirmedGpu]] = {
     g.key: g
     for g in (
+        H100_NVL,
+        GH200_144G,
         B200,
         GB200,
         RTX_PRO_6000_SERVER,
@@ -360,12 +273,18 @@ def unconfirmed_names() -> set[str]:
     return {g.nvml_name for g in UNCONFIRMED_GPUS.values() if g.nvml_name}
 
 
+def product_label(nvml_name: str) -> str:
+    """GPU Feature Discovery's `nvidia.com/gpu.product` for a GPU NVML names `nvml_name`: the
+    name with spaces as dashes."""
+    return nvml_name.replace(" ", "-")
+
+
 def row_for_product(product: str) -> UnconfirmedGpu | None:
     """The row of a GPU as GPU Feature Discovery's `nvidia.com/gpu.product` names it (NVML's
     name, spaces as dashes; a `-MIG-...` or `-SHARED` suffix dropped); None: none here."""
     base = re.sub(r"-(MIG-.*|SHARED)$", "", product)
     for g in UNCONFIRMED_GPUS.values():
-        if g.nvml_name and g.nvml_name.replace(" ", "-") == base:
+        if g.nvml_name and product_label(g.nvml_name) == base:
             return g
     return None
 
@@ -387,3 +306,25 @@ def static_refusal(product: str | None) -> str:
         f"({MIG_GUIDE_TABLES}) showing every profile's memory and placements confirms one (a "
         "row of models/gpu_catalog.py)"
     )
+
+
+def static_refusal_fix(field: str = "spec.mig.partitioning", dynamic: str = "dynamic") -> str:
+    """The fix of that refusal, the same from the controller and the node agent (a `dra` pool
+    names its own field and value)."""
+    return (
+        f"use {field}: {dynamic} (served where the node agent's own listing confirms the "
+        "profiles), or narrow spec.nodeSelector by nvidia.com/gpu.product to GPUs the catalog "
+        "confirms"
+    )
+
+
+def static_refusal_for_gpu(nvml_name: str) -> str | None:
+    """The node agent's side of the same refusal: None when models.gpu_catalog has a confirmed
+    MIG row for the GPU NVML names `nvml_name`, else `static_refusal` of its product label (the
+    text the controller gives for the node, core.nodes.node_hardware). The agent's planner
+    (core.mig.layout) asks this before it plans a static layout, so a layout released before the
+    controller refused it, or by hand, is never applied there either."""
+    model = gpu_catalog.model_for_name(nvml_name)
+    if model is not None and model.mig_capable:
+        return None
+    return static_refusal(product_label(nvml_name))

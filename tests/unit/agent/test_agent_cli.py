@@ -9,10 +9,10 @@ import pytest
 
 from vgpu_devcluster.agentproc import AgentProcess, FakeGpus, fake_model
 from vgpu_devcluster.demo import node_table
+from vgpu_devcluster.fakesmi_models import FAKE_MODELS
 from vgpu_devcluster.nodes import GPU_MODELS
 from vgpu_operator.agent.cli import add_subcommand, cmd_agent
 from vgpu_operator.commands import cli
-from vgpu_operator.models.gpu_catalog import GPU_MODELS as CATALOG
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def test_the_main_cli_has_the_agent_subcommand() -> None:
 
 def test_every_simulated_gpu_model_has_a_fake() -> None:
     for key, model in GPU_MODELS.items():
-        assert CATALOG[fake_model(key)].nvml_name == model.nvml_name
+        assert FAKE_MODELS[fake_model(key)].nvml_name == model.nvml_name
 
 
 def test_agent_subprocess_command_line(tmp_path: Path) -> None:

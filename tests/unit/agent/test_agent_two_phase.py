@@ -30,13 +30,16 @@ def hidden(name: str, *, known: bool) -> GpuInfo:
     )
 
 
-def test_an_unknown_mig_gpu_with_mig_off_gets_its_mode_first() -> None:
-    # an NVML name the catalog does not know (A800 80GB PCIe), on a driver that hides profiles
+def test_an_unconfirmed_mig_gpu_with_mig_off_gets_no_static_layout_not_even_its_mode() -> None:
+    # an NVML name the catalog does not confirm (A800 80GB PCIe, models.gpu_catalog_unconfirmed),
+    # on a driver that hides profiles: the layout is refused up front, as the controller refuses
+    # the node; dynamic MIG still gets its mode (tests/unit/agent/test_agent_unconfirmed.py)
     inv = node(hidden("NVIDIA A800 80GB PCIe", known=False))
     plan = plan_node(inv, static({"profiles": MIXED}), None)
-    assert plan.errors == ()
-    (gp,) = plan.gpus
-    assert [s.kind for s in gp.steps] == [StepKind.SET_MODE] and gp.deferred
+    (error,) = plan.errors
+    assert plan.steps == () and "NVIDIA-A800-80GB-PCIe, whose catalog row is not confirmed" in (
+        error.message
+    )
 
 
 def test_the_driver_listing_not_the_catalog_places_the_instances() -> None:

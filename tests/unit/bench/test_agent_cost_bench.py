@@ -1,9 +1,9 @@
 """Smoke test of bench/agent_cost.py at a tiny size: one GPU, a one-second idle window, one
-interpreter per import row, against the benchmark's own local stand-in for the apiserver (no
-cluster). It checks that the run completes and prints its table, not what it measures, except
-what must hold on any machine: every process holds memory, and neither grpc, Kopf, aiohttp,
-kubernetes-asyncio, prometheus_client nor PyYAML is in the agent's import set (its own client,
-server and metrics are the standard library's, kubeapi.lite)."""
+interpreter per import row and two rows at once (`--jobs 2`), against the benchmark's own local
+stand-in for the apiserver (no cluster). It checks that the run completes and prints its table,
+not what it measures, except what must hold on any machine: every process holds memory, and
+neither grpc, Kopf, aiohttp, kubernetes-asyncio, prometheus_client nor PyYAML is in the agent's
+import set (its own client, server and metrics are the standard library's, kubeapi.lite)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,15 @@ BENCH = Path(__file__).resolve().parents[3] / "bench" / "agent_cost.py"
 
 def test_agent_cost_runs_at_a_tiny_size() -> None:
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--idle=1", "--settle=0.5", "--repeat=1", "--gpus=1"],
+        [
+            sys.executable,
+            str(BENCH),
+            "--idle=1",
+            "--settle=0.5",
+            "--repeat=1",
+            "--gpus=1",
+            "--jobs=2",
+        ],
         capture_output=True,
         text=True,
         timeout=90,

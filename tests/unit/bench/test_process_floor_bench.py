@@ -1,8 +1,9 @@
-"""Smoke test of bench/process_floor.py at a tiny size: one interpreter per import row, 20 nodes
-in the held table (no cluster). It checks that the run completes and prints both tables, not
-what it measures, except what must hold on any machine: every import row and every process holds
-memory, the rules worker's import set holds none of the controller's shell (Kopf, aiohttp,
-kubernetes-asyncio, prometheus_client), and the controller's holds Kopf."""
+"""Smoke test of bench/process_floor.py at a tiny size: one interpreter per import row, two rows at
+once and the held table (20 nodes) beside them (`--jobs 2`), no cluster. It checks that the run
+completes and prints both tables, not what it measures, except what must hold on any machine:
+every import row and every process holds memory, the rules worker's import set holds none of the
+controller's shell (Kopf, aiohttp, kubernetes-asyncio, prometheus_client), and the controller's
+holds Kopf."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def cells(table: str) -> dict[str, list[str]]:
 
 def test_process_floor_runs_at_a_tiny_size() -> None:
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--repeat=1", "--nodes=20"],
+        [sys.executable, str(BENCH), "--repeat=1", "--nodes=20", "--jobs=2"],
         capture_output=True,
         text=True,
         timeout=150,

@@ -6,7 +6,6 @@ configuration, Ascend soft slicing under a Volcano that cannot schedule it), and
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import replace
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from tests.kit.cachekit import empty_cache
 from tests.kit.fakeapi import FakeApi
 from tests.kit.nodekit import node, policy
-from tests.kit.plan_world import LATER, PRESENT, a100_cluster, snapshot
+from tests.kit.plan_world import LATER, PRESENT, a100_cluster, snapshot, with_scheduler
 from vgpu_devcluster import upstream
 from vgpu_operator import contract
 from vgpu_operator.controller.cache import ConfigurationState
@@ -159,7 +158,8 @@ async def test_plan_and_the_controller_refuse_soft_slicing_on_volcano_1_15_alike
     """An Ascend pool with `hamiVnpuCore: true` on arm64 nodes under Volcano v1.15.1 (the
     install manifests'): `plan` refuses it from its snapshot, the controller from the snapshot
     its configuration reconciler published; before any configuration pass the scheduler's
-    version is not known, and nothing is refused for it."""
+    version is not known: the pool waits, refused for nothing yet and its node unwritten
+    (tests/unit/controller/test_soft_slicing_wait.py)."""
     api = FakeApi().install(monkeypatch)
     labels = {contract.ASCEND_CHIP_LABEL: "910B3", "pool": "npu", "kubernetes.io/arch": "arm64"}
     s = snapshot([node("npu-0", labels, gpu="cpu")], ascend=True)
@@ -180,6 +180,7 @@ async def test_plan_and_the_controller_refuse_soft_slicing_on_volcano_1_15_alike
     assert refused == {"npu": (SOFT_SLICING_REFUSED, noted["npu"])}
     assert api.bodies("PATCH", r"/api/v1/nodes/.*") == []
     assert await reconcilers_refusals(s, [raw], ConfigurationState()) == {}  # no pass yet
+    assert api.bodies("PATCH", r"/api/v1/nodes/.*") == []  # it waits: npu-0 is not taken
 
     # Volcano upgraded: the configuration pass that reads it asks for a full pass, and the
     # policy is planned again (plan agrees)
@@ -189,14 +190,3 @@ async def test_plan_and_the_controller_refuse_soft_slicing_on_volcano_1_15_alike
     later = plan(upgraded, [parse_policy(raw)], LATER)
     assert not [n for n in later.notes if REFUSED_NOTE.fullmatch(n)]
     assert [n.node for n in later.nodes if n.enters] == ["npu-0"]
-
-
-def with_scheduler(s: ClusterSnapshot, tag: str) -> ClusterSnapshot:
-    """`s` with the scheduler Deployment's image at `tag`."""
-    ref = s.config.scheduler.deployment
-    deployments = copy.deepcopy(s.deployments)
-    for d in deployments:
-        if (d["metadata"].get("namespace"), d["metadata"]["name"]) == (ref.namespace, ref.name):
-            for c in d["spec"]["template"]["spec"]["containers"]:
-                c["image"] = f"{c['image'].rsplit(':', 1)[0]}:{tag}"
-    return replace(s, deployments=deployments)

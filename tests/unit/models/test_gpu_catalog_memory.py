@@ -16,9 +16,7 @@ ROW = re.compile(r"^\|\s+\d+\s+MIG (\S+)\s+\d+\s+\d+/\d+\s+([0-9.]+)\s", re.M)
 LISTINGS = [
     (transcript, "lgip_a100_pcie_40gb_r510.txt", gpu_catalog.A100_PCIE_40GB),
     (sample, "lgip_legacy_a100_40gb_r510.txt", gpu_catalog.A100_40GB),
-    (transcript, "lgip_h100_nvl_excerpt.txt", gpu_catalog.H100_NVL),
     (transcript, "lgip_h200_gpu2_excerpt.txt", gpu_catalog.H200),
-    (transcript, "lgip_gh200_144g_excerpt.txt", gpu_catalog.GH200_144G),
 ]
 
 

@@ -64,6 +64,43 @@ def test_no_unconfirmed_row_is_a_catalog_row(gpu: uc.UnconfirmedGpu) -> None:
     assert {r.name for r in gpu.listed} <= {p.name for p in gpu.profiles}
 
 
+def test_h100_nvl() -> None:
+    """gpu-operator#900: the H100 NVL's listing, whose public copy stops inside the 2g.24gb row;
+    the 3g.47gb's 46.38 GiB is quoted in mig-parted#101 as part of a sum, not as a listing row.
+    The NVML name and device ID are seen in akash-network/provider-configs#91."""
+    nvl = uc.H100_NVL
+    assert listed(nvl, "gpu-operator/pull/900") == parsed("lgip_h100_nvl_excerpt.txt")
+    assert surely(nvl) == {
+        "1g.12gb": 11002,  # floor((10.75 - 0.005) x 1024)
+        "1g.12gb+me": 11002,
+        "1g.24gb": 22133,
+        "2g.24gb": 22133,
+    }
+    # UNCONFIRMED: no cited listing row shows these, so no figure is given for them
+    assert nvl.unlisted == ("3g.47gb", "4g.47gb", "7g.94gb")
+    assert "mig-parted/pull/101" in nvl.unconfirmed and "fractions of memory" in nvl.unconfirmed
+    assert "provider-configs/pull/91" in nvl.name_seen
+    assert nvl.pci_device_ids == ("0x232110DE",)
+    # mig-parted's all-* configs give every count (NVIDIA/mig-parted@v0.15.0)
+    assert all(p.max_count is not None for p in nvl.profiles)
+
+
+def test_gh200_144g() -> None:
+    """mig-parted#139: the GH200 144G HBM3e's listing, as far as its public copy goes (2g.36gb);
+    mig-parted's all-balanced names 3g.72gb; nothing names a 4g or 7g profile."""
+    gh200 = uc.GH200_144G
+    assert listed(gh200, "mig-parted/pull/139") == parsed("lgip_gh200_144g_excerpt.txt")
+    assert surely(gh200) == {
+        "1g.18gb": 17914,  # floor((17.50 - 0.005) x 1024)
+        "1g.18gb+me": 17914,
+        "1g.36gb": 36090,
+        "2g.36gb": 36090,
+    }
+    assert gh200.unlisted == ("3g.72gb",)  # UNCONFIRMED: no listing shows it, nor its count
+    assert gh200.profiles[-1] == uc.KnownProfile("3g.72gb", None)
+    assert gh200.name_seen == "" and gh200.pci_device_ids == ("0x234810DE",)
+
+
 def test_b200() -> None:
     """mig-parted#166 (gpu-operator#1242) and mig-parted#187 (gpu-operator#1351): the B200's
     listings on two drivers, 1g.23gb 22.00 and 20.50 GiB; both stop after 2g.45gb."""
@@ -156,7 +193,7 @@ def test_names_and_where_they_were_seen() -> None:
     assert uc.A800_80GB_PCIE.nvml_name == "NVIDIA A800 80GB PCIe"
     assert "HAMi/issues/1903" in uc.A800_80GB_PCIE.name_seen
     unseen = {g.key for g in uc.UNCONFIRMED_GPUS.values() if not g.name_seen}
-    assert unseen == set(uc.UNCONFIRMED_GPUS) - {"A800 80GB PCIe"}
+    assert unseen == set(uc.UNCONFIRMED_GPUS) - {"A800 80GB PCIe", "H100 NVL"}
     assert uc.A800_40GB.nvml_name == ""  # no source names it; it matches nothing
     assert "" not in uc.unconfirmed_names()
     # the H20's name is a prefix of the H200's: a model string cannot tell them apart

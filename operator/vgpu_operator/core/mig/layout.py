@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from vgpu_operator.core.mig.place import Geometry, expand, geometry_of_gpu, solve
 from vgpu_operator.models.gpu_catalog import model_for_name
+from vgpu_operator.models.gpu_catalog_unconfirmed import (
+    static_refusal_fix,
+    static_refusal_for_gpu,
+)
 from vgpu_operator.models.inventory import GpuInfo, Inventory
 from vgpu_operator.models.node import NodeConfig
 from vgpu_operator.models.policy_modes import MigLayout, MigSpec
@@ -22,11 +26,17 @@ _EXCLUDE_FIX = (
 )
 
 
+# The kind of a LayoutError that refuses a static layout on a GPU model the catalog does not
+# confirm (the agent reports it under its own reason).
+UNCONFIRMED = "unconfirmed-model"
+
+
 @dataclass(frozen=True)
 class LayoutError:
     path: str
     message: str
     fix: str
+    kind: str = ""  # "" or UNCONFIRMED
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}. Fix: {self.fix}"
@@ -149,8 +159,12 @@ def _static(
     ]
     targeted = [g for g in inv.gpus if g.index in owner]
     errors += _not_capable(targeted)
+    refused, unconfirmed = _unconfirmed(targeted)
+    errors += refused
     groups: dict[tuple[int, str, tuple[object, ...]], list[GpuInfo]] = {}
     for g in targeted:
+        if g.name in unconfirmed:
+            continue  # refused above: not checked against its listing either
         if g.mig_capable and (g.profiles or g.mig_current):
             key = (owner[g.index], g.name, tuple(p.model_dump_json() for p in g.profiles))
             groups.setdefault(key, []).append(g)
@@ -170,6 +184,33 @@ def _static(
         for g in targeted
     ]
     return targets, errors, notes
+
+
+def _unconfirmed(gpus: Sequence[GpuInfo]) -> tuple[list[LayoutError], set[str]]:
+    """A static layout on MIG-capable GPUs without a confirmed catalog row is refused, one error
+    per GPU model, whatever the driver lists: the controller's refusal of such a node
+    (models.gpu_catalog_unconfirmed.static_refusal_for_gpu), so that a layout released before it
+    (or by hand) is not applied either; nothing on the node is changed, not even MIG mode.
+    Returns the errors and the NVML names refused."""
+    by_name: dict[str, list[GpuInfo]] = {}
+    for g in gpus:
+        if g.mig_capable:
+            by_name.setdefault(g.name, []).append(g)
+    errors: list[LayoutError] = []
+    refused: set[str] = set()
+    for name, same in by_name.items():
+        why = static_refusal_for_gpu(name)
+        if why is not None:
+            refused.add(name)
+            errors.append(
+                LayoutError(
+                    "spec.mig.partitioning",
+                    f"{_label(same)}: this node {why}; the agent changes nothing on it",
+                    static_refusal_fix(),
+                    UNCONFIRMED,
+                )
+            )
+    return errors, refused
 
 
 def _label(gpus: Sequence[GpuInfo]) -> str:

@@ -8,7 +8,9 @@ pkg/mig/config/config.go):
   destroyed and created (mig-parted clears the whole GPU on any change);
 - explicit placements computed up front, largest first (core.mig.place), never blind retries;
 - a GPU with running compute processes is `blocked`: the plan holds no destructive step for it;
-- layouts are validated against each GPU's own profiles, with the field path and the fix.
+- layouts are validated against each GPU's own profiles, with the field path and the fix; a
+  static layout on a GPU model the catalog does not confirm is refused outright, as the controller
+  refuses the node (core.mig.layout).
 
 Modes: `hami-core` and `whole-gpu` turn MIG off on MIG-capable GPUs (HAMi #2974: others leave it
 on). `mig` + `static`: MIG on and exactly the layout. `mig` + `dynamic`: MIG on; the device plugin

@@ -99,7 +99,9 @@ def node_events(
 
     `already_reported` holds (node, reason) pairs known from earlier reconciles (for example
     the policy status' problem list), so a standing problem is reported once, not every time.
-    Returns the Events, Warnings first, cut at `limit`, and how many were left out.
+    A node's plan given twice (written, and with a problem that stays: a held layout,
+    `core.nodes.planner`) gets each Event once. Returns the Events, Warnings first, cut at
+    `limit`, and how many were left out.
     """
     events: list[EventSpec] = []
     for plan in sorted(plans, key=lambda p: p.node):
@@ -118,5 +120,6 @@ def node_events(
             events.append(
                 EventSpec("Node", plan.node, "Warning", problem.reason, problem.describe())
             )
+    events = list(dict.fromkeys(events))  # each once, in order (EventSpec is frozen)
     events.sort(key=lambda e: e.type != "Warning")  # stable: Warnings first, then by node
     return events[:limit], max(0, len(events) - limit)

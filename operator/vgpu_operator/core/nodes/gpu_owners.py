@@ -17,8 +17,11 @@ the agent can read nothing but its own Node.
   in its MIG mode, creates and destroys GPU instances itself
   (Project-HAMi/HAMi@v2.10.0:pkg/device-plugin/nvidiadevice/nvinternal/plugin/migmgr.go).
 
-NVIDIA's DRA driver leaves nothing on the Node (its kubelet plugin publishes ResourceSlices):
-only the rules, which read its DaemonSet, see it.
+NVIDIA's DRA driver leaves nothing on the Node (its kubelet plugin publishes ResourceSlices), so
+the agent cannot see it: the controller does, from the driver's DaemonSet
+(`core.volcano.dra_kubelet_plugin`), and releases no static MIG layout to a node its kubelet
+plugin reaches (`layout_held`, read by `core.nodes.planner` and `core.rollout.decide`); the rule
+`dra-driver-conflict` names the same nodes with the same fix (`DRA_FIX`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from vgpu_operator.models.node import GPU_OPERATOR_MIG_CONFIG_LABEL, GPU_OPERATOR_MIG_MANAGER_LABEL
+from vgpu_operator.models.node import (
+    GPU_OPERATOR_MIG_CONFIG_LABEL,
+    GPU_OPERATOR_MIG_MANAGER_LABEL,
+    NodeConfig,
+)
 
 HAMI_REGISTER_ANNOTATION: Final = "hami.io/node-nvidia-register"
 
@@ -37,6 +44,12 @@ HAMI_DEVICE_PLUGIN = "HAMi's own device plugin (hami-device-plugin)"
 MIG_MANAGER_FIX = (
     "set disableNvidiaMigManager: true on the node's policy (it labels the node "
     f"{GPU_OPERATOR_MIG_MANAGER_LABEL}=false), or remove the GPU Operator's MIG labels"
+)
+DRA_KUBELET_PLUGIN = "the kubelet plugin of NVIDIA's DRA driver"
+DRA_FIX = (
+    "keep the kubelet plugin off these nodes (the driver chart's kubeletPlugin.nodeSelector or "
+    "kubeletPlugin.affinity: select only the nodes meant for DRA), or move these nodes to a pool "
+    "that hands their GPUs out through DRA"
 )
 HAMI_FIX = (
     "keep HAMi's own device plugin off the node (its chart's devicePlugin.nvidiaNodeSelector, "
@@ -95,3 +108,41 @@ def other_owners(
             )
         )
     return tuple(found)
+
+
+def dra_kubelet_plugin(daemonset: str, *, dynamic_mig: bool) -> OtherOwner:
+    """NVIDIA's DRA kubelet plugin as a node's other MIG owner: `daemonset` its
+    `namespace/name`, `dynamic_mig` whether its `DynamicMIG` feature gate is on (it then creates
+    and destroys MIG devices itself; off, it hands out the MIG devices it finds)."""
+    gate = (
+        "DynamicMIG on: it creates and destroys MIG devices itself"
+        if dynamic_mig
+        else "DynamicMIG off: it hands out the MIG devices it finds for ResourceClaims"
+    )
+    return OtherOwner(
+        DRA_KUBELET_PLUGIN, f"DaemonSet {daemonset}, {gate}", DRA_FIX, how="reaches this node"
+    )
+
+
+LAYOUT_HELD = "AnotherMIGManager"  # the reason, as the agent's Event for its own refusal says it
+
+
+def layout_held(
+    node: str, target: NodeConfig | None, owners: Mapping[str, OtherOwner] | None
+) -> OtherOwner | None:
+    """The other owner for whom the controller releases no static MIG layout to `node` (None:
+    it may): `target` is the node's desired configuration, `owners` the other MIG owners the
+    controller sees by node name (`core.volcano.dra_kubelet_plugin.layout_owners`). One MIG
+    manager per GPU: the agent applies what is released, so a layout released beside another
+    owner would have both create and destroy instances on the same GPUs. A `dra` pool's nodes
+    are the driver's own (`core.nodes.dra_pools` decides what it may serve): never held here."""
+    if owners is None or not agent_partitions(target):
+        return None
+    return owners.get(node)
+
+
+def agent_partitions(target: NodeConfig | None) -> bool:
+    """Whether the node agent applies a static MIG layout for `target` (mode mig, static)."""
+    if target is None or target.mode != "mig" or target.gpu_mig is None:
+        return False
+    return target.gpu_mig.partitioning == "static"

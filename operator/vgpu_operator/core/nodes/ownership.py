@@ -4,7 +4,7 @@ or taint that a user set with another value is a collision, never overwritten; a
 does not parse stops every write to the node (one that lists what the operator may not own is
 trusted for the rest, `core.nodes.facts.disowned_entries`); a PATCH the
 apiserver would refuse (an invalid label or taint) is never sent. Each problem names the field and
-the fix (`core.nodes.validate.Problem`).
+the fix (`core.nodes.problem.Problem`).
 """
 
 from __future__ import annotations

@@ -291,16 +291,23 @@ def _same(raw: str | None, parsed_text: Callable[[], str | None], wanted: str | 
 
 
 def diff(
-    facts: NodeFacts, want: Desired, step: NodeStep | None = None, *, paced: bool = False
+    facts: NodeFacts,
+    want: Desired,
+    step: NodeStep | None = None,
+    *,
+    paced: bool = False,
+    hold_config: bool = False,
 ) -> dict[str, Any] | None:
     """The merge patch taking `facts` to `want` (None when it already matches). Collisions are
     not checked here: `plan_node` refuses to write when there are any. `paced`: the rollout
     decided this pass (`step` is its step for the node, None: it has none), so the node's
-    `vgpu.volcano.sh/rollout` annotation is the step's."""
+    `vgpu.volcano.sh/rollout` annotation is the step's. `hold_config`: the released `config`
+    stays as the node has it (none stays none), whatever the target or the step says
+    (`core.nodes.gpu_owners.layout_held`); the rest is written as usual."""
     out = _Changes()
     config: NodeConfig | None
     if want.target is not None:
-        config = release(want.target, facts.config, step)
+        config = facts.config if hold_config else release(want.target, facts.config, step)
         config_text = want.target_text if config is want.target else _config_text(config)
     else:
         config = parked_config(facts.config)

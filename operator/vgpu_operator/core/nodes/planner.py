@@ -10,6 +10,11 @@
   another value, a wanted taint colliding with a user's taint of the same key and effect), the
   node shows no hardware of its mode, its ownership record is unreadable, or the PATCH would be
   invalid: nothing is written to that node at all, and a problem names why;
+- a node of a static-MIG pool that another MIG owner reaches (NVIDIA's DRA kubelet plugin, as
+  the controller's snapshot shows it: `owners`, `core.nodes.gpu_owners.layout_held`) gets its
+  labels, taints and records but no static layout: its released `config` stays as it is (none
+  for a node joining), and a problem (`AnotherMIGManager`) names the owner and the fix; the
+  layout is released in the first pass after the owner no longer reaches the node;
 - a deleted policy with `onDelete: Retain` leaves its nodes as they are, only dropping the record
   (`core.nodes.adoption`); so does one that vanished without the operator's finalizer pass when
   the node's record says `Retain` (`Owned.on_delete`, written when the node was configured).
@@ -27,6 +32,7 @@ from typing import Any, Literal
 from vgpu_operator import contract
 from vgpu_operator.core.nodes import adoption
 from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.gpu_owners import LAYOUT_HELD, OtherOwner, layout_held
 from vgpu_operator.core.nodes.ownership import (
     disowned,
     held_by_other_policy,
@@ -76,6 +82,7 @@ def plan_node(
     *,
     require_gpu_evidence: bool = True,
     steps: Mapping[str, NodeStep] | None = None,
+    owners: Mapping[str, OtherOwner] | None = None,
 ) -> NodePlan:
     """`_plan_node`, with the notice of a record's disowned entries on a plan that writes."""
     plan = _plan_node(
@@ -85,6 +92,7 @@ def plan_node(
         desired,
         require_gpu_evidence=require_gpu_evidence,
         steps=steps,
+        owners=owners,
     )
     if facts.disowned and plan.patch is not None:
         return replace(plan, notices=(disowned(facts),))
@@ -99,13 +107,15 @@ def _plan_node(
     *,
     require_gpu_evidence: bool = True,
     steps: Mapping[str, NodeStep] | None = None,
+    owners: Mapping[str, OtherOwner] | None = None,
 ) -> NodePlan:
     """Decide what to write to one node, given the selection and all policies by name
     (`desired`: `desired_for` of the policies, precomputed once for many nodes).
     `require_gpu_evidence`: a node that shows no hardware of its policy's mode is blocked
     (the operator config's `requireGpuEvidence`). `steps`: the rollout's decisions of this pass
     (`core.rollout.decide.decide`); None plans as if every change were released at once (what the
-    reports and the status compare with)."""
+    reports and the status compare with). `owners`: the other MIG owners the cluster shows by
+    node name (`core.volcano.dra_kubelet_plugin.layout_owners`; None: none known)."""
     old_owner = facts.policy_label
     owner = assignment.owner
     base = NodePlan(
@@ -142,10 +152,12 @@ def _plan_node(
     if problems:
         return replace(base, action="blocked", new_mode=want.mode, problems=tuple(problems))
     step = steps.get(facts.name) if steps is not None else None
-    patch = diff(facts, want, step, paced=steps is not None)
+    other = layout_held(facts.name, want.target, owners)
+    patch = diff(facts, want, step, paced=steps is not None, hold_config=other is not None)
     invalid = invalid_writes(facts.name, patch) if patch is not None else []
     if invalid:
         return replace(base, action="blocked", new_mode=want.mode, problems=tuple(invalid))
+    held_layout = (layout_held_problem(facts, other),) if other is not None else ()
     if patch is None:
         action: Action = "none"
     elif owner is None:
@@ -155,7 +167,30 @@ def _plan_node(
     else:
         action = "configure"
     return replace(
-        base, action=action, patch=patch, new_mode=want.mode, in_sync=patch is None, step=step
+        base,
+        action=action,
+        patch=patch,
+        new_mode=want.mode,
+        in_sync=patch is None,
+        step=step,
+        problems=held_layout,
+    )
+
+
+def layout_held_problem(facts: NodeFacts, other: OtherOwner) -> Problem:
+    """Why the node's static MIG layout is not released (`core.nodes.gpu_owners.layout_held`)."""
+    kept = (
+        "none released yet"
+        if facts.config is None
+        else "the configuration released before stays, no change is released"
+    )
+    return Problem(
+        field="spec.mig",
+        reason=LAYOUT_HELD,
+        message=f"{other.said}: the operator releases no static MIG layout to {facts.name} "
+        f"while it does ({kept}; one MIG manager per GPU)",
+        fix=other.fix,
+        node=facts.name,
     )
 
 
@@ -199,9 +234,10 @@ def plan_cluster(
     *,
     require_gpu_evidence: bool = True,
     steps: Mapping[str, NodeStep] | None = None,
+    owners: Mapping[str, OtherOwner] | None = None,
 ) -> ClusterPlan:
     """Selection and a plan for every node: the whole level-based reconcile, pure (`steps`:
-    the rollout's, see `plan_node`)."""
+    the rollout's, `owners`: the other MIG owners by node, see `plan_node`)."""
     by_name = {p.name: p for p in policies}
     selectable = [p.policy for p in by_name.values() if p.usable and p.policy is not None]
     facts = list(nodes)
@@ -215,6 +251,7 @@ def plan_cluster(
             desired,
             require_gpu_evidence=require_gpu_evidence,
             steps=steps,
+            owners=owners,
         )
         for f in facts
     }

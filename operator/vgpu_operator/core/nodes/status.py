@@ -10,6 +10,9 @@ Conditions (each with `observedGeneration`; `lastTransitionTime` kept while the 
   (`PluginIgnoresNodeValues`: the message names the field and the fix; its nodes are held,
   `core.volcano.plugin_refusal`), or a label or taint key the operator config's policyKeys does
   not list (`PolicyKeyNotListed`, `core.nodes.policy_keys`: held the same way);
+- a policy held while the operator has still to read what decides it (`ParsedPolicy.waiting`, e.g.
+  `WaitingForScheduler`, `core.volcano.soft_slicing`) is no person's problem: `Reconciling` True
+  with the wait's reason, `Ready` False with it while a node is not ready, `Stalled` False;
 - `Conflict`: present only while some node is selected by this policy and another one of the same
   priority; the message names the nodes and the other policies;
 - conditions computed elsewhere, passed in as `extra_conditions` (e.g. `ConfigConsistent`, from
@@ -218,7 +221,7 @@ def compute_status(
         if pending:
             why = "Progressing"
             if suspended:
-                why = _refused_reason(parsed) or "Suspended"
+                why = _held_reason(parsed)
             conditions["Ready"] = ("False", why, summary)
         elif owned:
             conditions["Ready"] = ("True", "Ready", summary)
@@ -228,6 +231,9 @@ def compute_status(
     if (refusal := _refused_reason(parsed)) is not None:  # the change needs a person
         conditions["Stalled"] = ("True", refusal, refused)
         conditions["Reconciling"] = ("False", refusal, "the change is refused: nodes held")
+    elif suspended and (wait := _held_reason(parsed)) != "Suspended":
+        waits = _clip("; ".join(p.describe() for p in parsed.waiting))
+        conditions["Reconciling"] = ("True", wait, waits)
     elif suspended:
         conditions["Reconciling"] = ("False", "Suspended", "spec.suspend is true: nodes are held")
     elif pending:
@@ -244,6 +250,16 @@ def _refused_reason(parsed: ParsedPolicy) -> str | None:
     """The reason of the policy's first refusal (`core.volcano.plugin_refusal`:
     PluginIgnoresNodeValues; `core.nodes.policy_keys`: PolicyKeyNotListed), None: not refused."""
     return parsed.refused[0].reason if parsed.refused else None
+
+
+def _held_reason(parsed: ParsedPolicy) -> str:
+    """Why a suspended policy's nodes are held: its first refusal, `spec.suspend` (Suspended),
+    else the first of what it waits for."""
+    if parsed.refused:
+        return parsed.refused[0].reason
+    if parsed.waiting and not (parsed.policy is not None and parsed.policy.spec.suspend):
+        return parsed.waiting[0].reason
+    return "Suspended"
 
 
 def _leaving(facts: NodeFacts, policy: str) -> NodeRollout | None:

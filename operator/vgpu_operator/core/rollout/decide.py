@@ -45,6 +45,7 @@ from pydantic import ValidationError
 
 from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.gpu_owners import OtherOwner, layout_held
 from vgpu_operator.core.nodes.patch import desired_for
 from vgpu_operator.core.nodes.selection import select
 from vgpu_operator.core.nodes.step import NodeEvent, NodeStep
@@ -129,11 +130,15 @@ def decide(
     *,
     leaving: Mapping[str, str] | None = None,
     leaving_policies: Mapping[str, VGPUNodePolicy] | None = None,
+    owners: Mapping[str, OtherOwner] | None = None,
 ) -> RolloutPlan:
     """Every node's step and every policy's rollout. `policies`: the usable ones by name;
     `refusals`: the apiserver's last answer to an eviction, by pod (namespace/name);
     `leaving`: node -> the policy it leaves (`core.rollout.leave.leaving_nodes`), paced by
-    that policy (one of `leaving_policies`, which may be being deleted)."""
+    that policy (one of `leaving_policies`, which may be being deleted); `owners`: the other MIG
+    owners by node: a node whose static layout is held for one
+    (`core.nodes.gpu_owners.layout_held`) starts no transition (none would be released: it
+    would stay cordoned and drained for nothing)."""
     desired = {name: desired_for(p) for name, p in policies.items()}
     everyone = {**(leaving_policies or {}), **policies}
     leaves = leaving or {}
@@ -224,7 +229,8 @@ def decide(
                 refusals=refusals or {},
             )
             if r is None:
-                if owner is not None and ctx.kind in ("restart", "disruptive"):
+                held_layout = layout_held(v.facts.name, target, owners) is not None
+                if owner is not None and ctx.kind in ("restart", "disruptive") and not held_layout:
                     candidates[owner].append((v.facts.name, partial(start, ctx), spec))
                 continue
             maybe = advance(ctx, r)
@@ -291,10 +297,11 @@ def decide_cluster(
     registrations: Mapping[str, str] | None = None,
     refusals: Mapping[str, str] | None = None,
     plugins: Mapping[str, PluginReading] | None = None,
+    owners: Mapping[str, OtherOwner] | None = None,
 ) -> RolloutPlan:
     """`decide` for the cluster: selection as the node planner makes it (`plan_cluster`), the
     GPU pods, the plugin's registration and what the configuration reconciler read of the
-    plugin (`plugins`; a node without: nothing waited for) per node."""
+    plugin (`plugins`; a node without: nothing waited for) per node; `owners` as `decide`."""
     parsed = list(policies)
     facts = list(nodes)
     selectable = [p.policy for p in parsed if p.usable and p.policy is not None]
@@ -317,4 +324,5 @@ def decide_cluster(
         refusals,
         leaving=leaving_nodes(facts, assignments, leavable),
         leaving_policies=leavable,
+        owners=owners,
     )

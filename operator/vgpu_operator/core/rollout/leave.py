@@ -50,6 +50,7 @@ from typing import Any
 from vgpu_operator import contract
 from vgpu_operator.core.nodes import adoption
 from vgpu_operator.core.nodes.facts import NodeFacts
+from vgpu_operator.core.nodes.gpu_owners import OtherOwner
 from vgpu_operator.core.nodes.patch import parked_config
 from vgpu_operator.core.nodes.planner import ClusterPlan, NodePlan, plan_cluster
 from vgpu_operator.core.nodes.selection import Assignment
@@ -328,13 +329,16 @@ def plan_with_leaves(
     require_gpu_evidence: bool = True,
     steps: Mapping[str, NodeStep] | None = None,
     held: Mapping[str, str] | None = None,
+    owners: Mapping[str, OtherOwner] | None = None,
 ) -> ClusterPlan:
     """`plan_cluster`, with the leaving nodes in `held` (node -> the policy it leaves) kept as
     they are but for their rollout step until the step releases them (`held_plan`), and a node
     a `Retain` deletion leaves in the middle of a transition given that transition's end
-    (`_undone`)."""
+    (`_undone`). `owners`: the other MIG owners by node (`core.nodes.planner.plan_node`)."""
     facts, parsed = list(nodes), list(policies)
-    planned = plan_cluster(facts, parsed, require_gpu_evidence=require_gpu_evidence, steps=steps)
+    planned = plan_cluster(
+        facts, parsed, require_gpu_evidence=require_gpu_evidence, steps=steps, owners=owners
+    )
     if steps is None:
         return planned
     by_name = {p.name: p for p in parsed}

@@ -23,7 +23,7 @@ from vgpu_operator.core.dra.prerequisites import (
     second_owners,
 )
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, info, rule
-from vgpu_operator.core.rules.second_owners import dra_gpu_container, feature_gates
+from vgpu_operator.core.volcano.dra_kubelet_plugin import dra_gpu_container, feature_gates
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, annotations_of, name_of
 from vgpu_operator.models.findings import Finding
 from vgpu_operator.models.volcano import HARDCODED_ALLOCATABLE

@@ -13,7 +13,9 @@ pods using them. NVIDIA's own device plugin on vGPU nodes is `nvidia-device-plug
   GPUs for ResourceClaims; with its `DynamicMIG` feature gate it also destroys, when it starts,
   every MIG instance it did not create (`DestroyUnknownMIGDevices`,
   kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:cmd/gpu-kubelet-plugin/driver.go) and creates its
-  own per claim. Nodes of a `dra` pool are its own and not looked at here;
+  own per claim. Nodes of a `dra` pool are its own and not looked at here. Which nodes it
+  reaches is `core.volcano.dra_kubelet_plugin`'s decision, the one the controller holds the
+  static layouts by (it releases none to such a node: `core.nodes.gpu_owners.layout_held`);
 - `mig-manager-conflict`: the GPU Operator's mig-manager configured on a node whose MIG layout
   the agent applies (static) or HAMi's plugin makes (dynamic): it applies the layout its
   `nvidia.com/mig.config` label names (NVIDIA/mig-parted@v0.15.0:pkg/mig/reconfigure/
@@ -30,29 +32,45 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_operator.core.dra.driver import PLUGIN_POD_LABEL
 from vgpu_operator.core.nodes.gpu_owners import (
+    DRA_FIX,
     HAMI_FIX,
     HAMI_REGISTER_ANNOTATION,
     MIG_MANAGER_FIX,
+    agent_partitions,
     gpu_operator_mig_manager,
 )
 from vgpu_operator.core.rules.base import Issue, ObjectRef, error, rule
-from vgpu_operator.core.volcano.placement import reaches
+from vgpu_operator.core.volcano import node_inputs
+from vgpu_operator.core.volcano.dra_kubelet_plugin import (
+    DYNAMIC_MIG,
+    dra_gpu_container,
+    dra_kubelet_plugins,
+    feature_gates,
+    image_name,
+)
+from vgpu_operator.core.volcano.placement import reached
 from vgpu_operator.core.volcano.snapshot import (
     ClusterSnapshot,
     Obj,
     annotations_of,
     labels_of,
     name_of,
-    pod_done,
 )
-from vgpu_operator.models.volcano_views import (
-    ContainerView,
-    WorkloadView,
-    go_parse_bool,
-    workload_view,
-)
+from vgpu_operator.models.volcano_views import WorkloadView, workload_view
+
+__all__ = [
+    "PoolNodes",
+    "check_dra_driver",
+    "check_hami_stack",
+    "check_mig_manager",
+    "dra_gpu_container",
+    "feature_gates",
+    "image_name",
+    "is_hami_device_plugin",
+    "is_mig_manager",
+    "pool_nodes",
+]
 
 # HAMi's chart labels its device plugin's pods `app.kubernetes.io/component: hami-device-plugin`
 # and runs it from the image `projecthami/hami`
@@ -61,26 +79,12 @@ from vgpu_operator.models.volcano_views import (
 # (`devicePlugin.nvidiaNodeSelector`).
 HAMI_POD_LABEL = ("app.kubernetes.io/component", "hami-device-plugin")
 HAMI_IMAGE = "hami"
-# The DRA driver's chart: image `registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu`, the
-# GPU plugin in container `gpus` running `gpu-kubelet-plugin`, its feature gates in the env
-# `FEATURE_GATES` (or the flag `--feature-gates`)
-# (kubernetes-sigs/dra-driver-nvidia-gpu@v0.4.1:deployments/helm/dra-driver-nvidia-gpu/
-# templates/kubeletplugin.yaml, values.yaml; pkg/flags/featuregates.go, pkg/flags/utils.go).
-DRA_IMAGE = "dra-driver-nvidia-gpu"
-DRA_GPU_BINARY = "gpu-kubelet-plugin"
-DYNAMIC_MIG = "DynamicMIG"
 # The GPU Operator's mig-manager DaemonSet
 # (NVIDIA/gpu-operator@v26.7.0:assets/state-mig-manager/0600_daemonset.yaml).
 MIG_MANAGER_NAME = "nvidia-mig-manager"
 MIG_MANAGER_POD_LABEL = ("app", "nvidia-mig-manager")
 
 SHOWN = 10  # node names a message lists before "and N more"
-
-
-def image_name(image: str) -> str:
-    """`registry/path/name:tag@digest` -> `name`."""
-    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    return last.split(":", 1)[0]
 
 
 def _labelled(view: WorkloadView, label: tuple[str, str]) -> bool:
@@ -92,36 +96,6 @@ def is_hami_device_plugin(view: WorkloadView) -> bool:
     return _labelled(view, HAMI_POD_LABEL) or any(
         image_name(c.image) == HAMI_IMAGE for c in view.containers
     )
-
-
-def dra_gpu_container(view: WorkloadView) -> ContainerView | None:
-    """The container of the DRA driver's GPU kubelet plugin, or None (not the driver's
-    DaemonSet, or one serving compute domains only)."""
-    if not (
-        _labelled(view, PLUGIN_POD_LABEL)
-        or any(image_name(c.image) == DRA_IMAGE for c in view.containers)
-    ):
-        return None
-    for c in view.containers:
-        if c.name == "gpus" or any(DRA_GPU_BINARY in a for a in c.args):
-            return c
-    return None
-
-
-def feature_gates(container: ContainerView) -> dict[str, bool]:
-    """The feature gates the container's process starts with: `FEATURE_GATES`, the flag
-    overriding it; `key=value` pairs split on ',' (k8s.io/component-base/featuregate `Set`),
-    values read as Go's strconv.ParseBool (one that does not read fails the process at start,
-    so it counts as nothing)."""
-    flag = container.flags.get("feature-gates")
-    text = flag.value if flag is not None and flag.value else container.env.get("FEATURE_GATES")
-    gates: dict[str, bool] = {}
-    for item in (text or "").split(","):
-        key, _, value = item.strip().partition("=")
-        parsed = go_parse_bool(value.strip())
-        if key.strip() and parsed is not None:
-            gates[key.strip()] = parsed
-    return gates
 
 
 def is_mig_manager(view: WorkloadView) -> bool:
@@ -142,17 +116,23 @@ class PoolNodes:
     def role(self, node: Mapping[str, Any]) -> str:
         name = name_of(node)
         if any(name_of(n) == name for n in self.static):
+            if not agent_partitions(node_inputs.released(node)):
+                return "static MIG: no layout released to its agent yet"
             return "static MIG: the agent partitions it"
         return "vGPU: Volcano's HAMi plugin serves it"
 
 
 def pool_nodes(s: ClusterSnapshot) -> PoolNodes:
-    static = []
-    for node in s.managed(("mig",)):
-        rc = s.released(node)
-        if rc is not None and rc.mig is not None and rc.mig.partitioning == "static":
-            static.append(node)
-    return PoolNodes(vgpu=tuple(s.vgpu_nodes), static=tuple(static))
+    """`static`: released a static layout, or on the way to one (its `target`): a node whose
+    layout the controller holds (`core.nodes.gpu_owners.layout_held`) has none released yet."""
+    static = [
+        n
+        for n in s.nodes
+        if agent_partitions(s.released(n)) or agent_partitions(node_inputs.target(n))
+    ]
+    names = {name_of(n) for n in static}
+    vgpu = tuple(n for n in s.vgpu_nodes if name_of(n) not in names)
+    return PoolNodes(vgpu=vgpu, static=tuple(static))
 
 
 def _names(nodes: Sequence[Obj], pools: PoolNodes) -> str:
@@ -170,16 +150,6 @@ def _daemonsets(s: ClusterSnapshot) -> Iterator[tuple[Obj, WorkloadView]]:
         yield ds, workload_view(ds)
 
 
-def _reached(s: ClusterSnapshot, view: WorkloadView, nodes: Sequence[Obj]) -> list[Obj]:
-    """The nodes the DaemonSet places a pod on now, or holds a live pod on (a NoSchedule taint the
-    policy set later keeps new pods off but evicts none; `doctor` sees these pods, the
-    controller, which lists only its components' pods, sees the placement)."""
-    running = {
-        str((p.get("spec") or {}).get("nodeName")) for p in s.pods_of(view) if not pod_done(p)
-    }
-    return [n for n in nodes if name_of(n) in running or reaches(view, n)]
-
-
 # --- the rules -----------------------------------------------------------------------------
 
 
@@ -191,15 +161,15 @@ def check_hami_stack(s: ClusterSnapshot) -> Iterator[Issue]:
     for ds, view in _daemonsets(s):
         if not is_hami_device_plugin(view):
             continue
-        reached = _reached(s, view, nodes)
-        if not reached:
+        on = reached(view, nodes, s.pods)
+        if not on:
             continue
-        covered.update(name_of(n) for n in reached)
+        covered.update(name_of(n) for n in on)
         yield error(
-            (ObjectRef.of("DaemonSet", ds), *_node_refs(reached)),
+            (ObjectRef.of("DaemonSet", ds), *_node_refs(on)),
             f"HAMi's own device plugin (DaemonSet {view.namespace}/{view.name}, HAMi's chart, "
-            f"which schedules through hami-scheduler) runs on {len(reached)} node(s) of the "
-            f"operator's pools: {_names(reached, pools)}. It registers the same GPUs for "
+            f"which schedules through hami-scheduler) runs on {len(on)} node(s) of the "
+            f"operator's pools: {_names(on, pools)}. It registers the same GPUs for "
             "HAMi's scheduler, so one GPU can go to two pods, and in its MIG mode it creates and "
             "destroys MIG instances under the other owner",
             fix=f"{HAMI_FIX}; the pools' GPUs are served by Volcano's vGPU plugin "
@@ -221,33 +191,33 @@ def check_hami_stack(s: ClusterSnapshot) -> Iterator[Issue]:
 def check_dra_driver(s: ClusterSnapshot) -> Iterator[Issue]:
     pools = pool_nodes(s)
     nodes = [*pools.vgpu, *pools.static]
-    for ds, view in _daemonsets(s):
-        container = dra_gpu_container(view)
-        if container is None:
-            continue
-        reached = _reached(s, view, nodes)
-        if not reached:
-            continue
-        dynamic = feature_gates(container).get(DYNAMIC_MIG, False)
+    for plugin in dra_kubelet_plugins(s.daemonsets, nodes, s.pods):
+        view, reached_nodes = plugin.view, plugin.nodes
         harm = (
             f"its {DYNAMIC_MIG} feature gate is on: when it starts it destroys every MIG "
             "instance it did not create (the agent's static layouts, the instances HAMi's plugin "
             "made for running pods) and then creates its own for claims"
-            if dynamic
+            if plugin.dynamic_mig
             else "it publishes the same GPUs (and MIG instances) for ResourceClaims, so one GPU "
             "can go to two pods"
         )
+        static_names = {name_of(n) for n in pools.static}
+        static = [n for n in reached_nodes if name_of(n) in static_names]
+        held = (
+            f". The operator releases no static MIG layout to {len(static)} of them while it "
+            "reaches them (one MIG manager per GPU; the policy's status names them)"
+            if static
+            else ""
+        )
         yield error(
-            (ObjectRef.of("DaemonSet", ds), *_node_refs(reached)),
+            (ObjectRef.of("DaemonSet", plugin.daemonset), *_node_refs(reached_nodes)),
             f"the kubelet plugin of NVIDIA's DRA driver (DaemonSet {view.namespace}/{view.name}) "
-            f"runs on {len(reached)} node(s) of the operator's vGPU or static-MIG pools: "
-            f"{_names(reached, pools)}; {harm}",
-            fix="keep the kubelet plugin off these nodes (the driver chart's "
-            "kubeletPlugin.nodeSelector or kubeletPlugin.affinity: select only the nodes meant "
-            "for DRA), or move these nodes to a pool that hands their GPUs out through DRA"
+            f"runs on {len(reached_nodes)} node(s) of the operator's vGPU or static-MIG pools: "
+            f"{_names(reached_nodes, pools)}; {harm}{held}",
+            fix=DRA_FIX
             + (
                 f"; with {DYNAMIC_MIG} off it at least leaves MIG instances alone"
-                if dynamic
+                if plugin.dynamic_mig
                 else ""
             ),
         )

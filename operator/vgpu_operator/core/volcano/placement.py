@@ -15,12 +15,19 @@ HAMi's plugins on every GPU node.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from vgpu_operator import contract
-from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, labels_of, meta, name_of
+from vgpu_operator.core.volcano.snapshot import (
+    ClusterSnapshot,
+    Obj,
+    labels_of,
+    meta,
+    name_of,
+    pod_done,
+)
 from vgpu_operator.models.node import Owned
 from vgpu_operator.models.placement import PlacementRecord
 from vgpu_operator.models.policy import Taint
@@ -107,6 +114,20 @@ def untolerated(workload: WorkloadView, node: Mapping[str, Any]) -> list[Mapping
 
 def reaches(workload: WorkloadView, node: Mapping[str, Any]) -> bool:
     return selector_problem(workload, node) is None and not untolerated(workload, node)
+
+
+def reached(
+    workload: WorkloadView, nodes: Iterable[Obj], pods: Iterable[Mapping[str, Any]]
+) -> list[Obj]:
+    """The `nodes` the DaemonSet places a pod on now, or holds a live pod on among `pods` (a
+    NoSchedule taint set later keeps new pods off but evicts none). `doctor` lists every pod; the
+    controller lists only its components' (so for another DaemonSet it sees the placement)."""
+    running = {
+        str((p.get("spec") or {}).get("nodeName"))
+        for p in pods
+        if workload.selects(p) and not pod_done(p)
+    }
+    return [n for n in nodes if name_of(n) in running or reaches(workload, n)]
 
 
 def taint_text(taint: Mapping[str, Any]) -> str:

@@ -9,8 +9,16 @@ release whose scheduler handles `hami-vnpu-core` devices; `Version` drops a pre-
 v1.16.0-alpha.0 and later pre-releases count as 1.16.
 
 A scheduler whose version the operator cannot read (no Deployment, an image without a version
-tag, no configuration pass yet) refuses nothing for its version: the rule reports it instead. A
-node without a `kubernetes.io/arch` label (the kubelet always sets it) refuses nothing either.
+tag, no configuration reconciler running) refuses nothing for its version: the rule reports it
+instead. A node without a `kubernetes.io/arch` label (the kubelet always sets it) refuses nothing
+either.
+
+A scheduler not read *yet* (`NOT_READ_YET`: the controller's configuration reconciler runs, its
+first pass has not published) decides nothing: a policy that may turn soft slicing on (its
+`hamiVnpuCore` true, or unset: the global switch is not read either) waits
+(`WAITING_FOR_SCHEDULER`: held as if suspended, no node is written for it) and is refused or
+accepted once the pass has read the version. A policy whose `hamiVnpuCore` is false, or of another
+mode, never waits.
 
 A policy is refused (`SOFT_SLICING_REFUSED`: held as if suspended, its nodes keep what they carry,
 a node newly selected waits) when it is an `ascend-vnpu` pool whose nodes would get soft slicing:
@@ -35,21 +43,25 @@ from vgpu_operator.models.volcano_views import Version
 
 __all__ = [
     "ARCH_LABEL",
+    "NOT_READ_YET",
     "SOFT_SLICING_FROM",
     "SOFT_SLICING_REFUSED",
     "SOFT_SLICING_SOURCE",
+    "WAITING_FOR_SCHEDULER",
     "AscendScheduler",
     "arch_blocks",
     "ascend_scheduler",
     "refuse_soft_slicing",
     "soft_slicing_on",
     "soft_slicing_refusals",
+    "soft_slicing_waits",
     "version_blocks",
 ]
 
 SOFT_SLICING_FROM = Version(1, 16, 0)
 SOFT_SLICING_SOURCE = "Project-HAMi/ascend-device-plugin@v1.4.0:docs/volcano.md"
 SOFT_SLICING_REFUSED = "SoftSlicingUnsupported"  # the refusal's reason (status, Event, plan)
+WAITING_FOR_SCHEDULER = "WaitingForScheduler"  # the wait's reason (status, once it lasts)
 ARCH_LABEL = "kubernetes.io/arch"
 _ARCH = "arm64"
 _KEEP = "(no node is taken, its nodes keep their configuration)"
@@ -58,12 +70,17 @@ _KEEP = "(no node is taken, its nodes keep their configuration)"
 @dataclass(frozen=True)
 class AscendScheduler:
     """What decides soft slicing beside the nodes: the scheduler's version (None: unknown) as
-    its image tag names it (`tag`), and the Ascend plugin's global `vnpus.hamiVnpuCore`."""
+    its image tag names it (`tag`), and the Ascend plugin's global `vnpus.hamiVnpuCore`; `read`
+    False: neither is read yet, a read is under way (`NOT_READ_YET`)."""
 
     version: Version | None = None
     tag: str = ""
     default_on: bool = False
     switch: str = "the Ascend plugin's vnpus.hamiVnpuCore"  # where `default_on` is set
+    read: bool = True
+
+
+NOT_READ_YET = AscendScheduler(read=False)  # the configuration pass that reads it is to come
 
 
 def ascend_scheduler(s: ClusterSnapshot) -> AscendScheduler:
@@ -112,8 +129,8 @@ def soft_slicing_refusals(
     """Why `policy` may not turn soft slicing on (empty: it may, or does not): `scheduler`
     (None: nothing known of it), `owned`: the nodes the policy owns."""
     spec = policy.spec
-    if spec.mode != "ascend-vnpu":
-        return []
+    if spec.mode != "ascend-vnpu" or (scheduler is not None and not scheduler.read):
+        return []  # (not read yet: `soft_slicing_waits`)
     known = scheduler if scheduler is not None else AscendScheduler()
     if not soft_slicing_on(spec.ascend_vnpu, known.default_on):
         return []
@@ -153,15 +170,47 @@ def soft_slicing_refusals(
     ]
 
 
+def soft_slicing_waits(policy: VGPUNodePolicy, scheduler: AscendScheduler | None) -> list[Problem]:
+    """What `policy` waits for before soft slicing can be refused or accepted (empty: nothing):
+    an `ascend-vnpu` pool that may turn it on while `scheduler` is not read yet."""
+    spec = policy.spec
+    if spec.mode != "ascend-vnpu" or scheduler is None or scheduler.read:
+        return []
+    own = spec.ascend_vnpu.hami_vnpu_core if spec.ascend_vnpu is not None else None
+    if own is False:
+        return []  # template-based vNPU: nothing depends on the version
+    turned_on = (
+        "spec.ascendVnpu.hamiVnpuCore is true"
+        if own
+        else f"spec.ascendVnpu.hamiVnpuCore is unset ({scheduler.switch} decides)"
+    )
+    return [
+        Problem(
+            field="spec.ascendVnpu.hamiVnpuCore",
+            reason=WAITING_FOR_SCHEDULER,
+            message=f"{turned_on}: whether its nodes may get hami-vnpu-core soft slicing depends "
+            f"on the scheduler's Volcano version (1.16 or later, {SOFT_SLICING_SOURCE}), not "
+            f"read yet; the policy waits for the operator's configuration pass to read it "
+            f"{_KEEP}",
+            fix="none while the operator starts; if it lasts, the operator's log says why its "
+            "configuration pass has not completed",
+        )
+    ]
+
+
 def refuse_soft_slicing(
     policies: Iterable[ParsedPolicy],
     scheduler: AscendScheduler | None,
     nodes: Iterable[NodeFacts],
 ) -> list[ParsedPolicy]:
     """The policies, each `ascend-vnpu` pool that would turn soft slicing on where it cannot run
-    marked refused (its problems added to any it has). Which nodes a policy owns is selection's
-    answer over every usable policy (`core.nodes.selection.select`), as the planner's."""
+    marked refused (its problems added to any it has); while `scheduler` is not read yet
+    (`NOT_READ_YET`), each that may turn it on marked waiting instead. Which nodes a policy owns
+    is selection's answer over every usable policy (`core.nodes.selection.select`), as the
+    planner's."""
     parsed = list(policies)
+    if scheduler is not None and not scheduler.read:
+        return [p.wait_for(lambda policy: soft_slicing_waits(policy, scheduler)) for p in parsed]
     if not any(
         p.policy is not None and p.policy.spec.mode == "ascend-vnpu" and not p.deleting
         for p in parsed

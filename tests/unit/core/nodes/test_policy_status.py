@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.planner import plan_cluster
 from vgpu_operator.core.nodes.status import compute_status, status_body, status_patch
+from vgpu_operator.core.nodes.validate import Problem
 from vgpu_operator.models.policy import MAX_PROBLEM_NODES, VGPUNodePolicyStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -150,6 +152,30 @@ def test_suspended_policy_is_not_reconciling() -> None:
     st = status_of("p", [node("n1", {"pool": "a"})], pols)
     assert conds(st)["Reconciling"] == ("False", "Suspended")
     assert conds(st)["Ready"] == ("False", "Suspended")
+
+
+def test_a_policy_waiting_to_be_decided_is_reconciling_not_stalled() -> None:
+    """A policy held while the operator still reads what decides it (`ParsedPolicy.waiting`:
+    `core.volcano.soft_slicing`'s WaitingForScheduler) needs no person: Reconciling True with
+    the wait's reason and message, Stalled False, a node it has not taken not Ready for that
+    reason; with `spec.suspend` as well, Suspended says why."""
+    wait = Problem("spec.ascendVnpu.hamiVnpuCore", "WaitingForScheduler", "not read yet")
+    nodes = {"n1": node_facts(node("n1", {"pool": "a"}))}
+    for spec, reconciling, ready in (
+        (HAMI, ("True", "WaitingForScheduler"), ("False", "WaitingForScheduler")),
+        ({**HAMI, "suspend": True}, ("False", "Suspended"), ("False", "Suspended")),
+    ):
+        [p] = parsed([policy("p", spec)])
+        cluster = plan_cluster(nodes.values(), [replace(p, waiting=(wait,))])
+        assert cluster.plans["n1"].action == "held"  # n1 is not taken while p waits
+        st = compute_status(cluster.policies["p"], cluster, nodes, None, T0)
+        assert conds(st)["Reconciling"] == reconciling and conds(st)["Ready"] == ready
+        assert conds(st)["Stalled"] == ("False", "NoProblems")
+    [p] = parsed([policy("p", HAMI)])
+    cluster = plan_cluster(nodes.values(), [replace(p, waiting=(wait,))])
+    st = compute_status(cluster.policies["p"], cluster, nodes, None, T0)
+    [message] = [c.message for c in st.conditions if c.type == "Reconciling"]
+    assert message == wait.describe()
 
 
 def test_deleting_policy_reports_nodes_still_released() -> None:

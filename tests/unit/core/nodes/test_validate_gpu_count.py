@@ -1,5 +1,5 @@
 """A node whose `nvidia.com/gpu.count` is over what a node may have is refused by the policy
-planner (core.nodes.validate `gpu_count_out_of_bounds`): blocked, nothing written to it, the
+planner (core.nodes.node_hardware `gpu_count_out_of_bounds`): blocked, nothing written to it, the
 problem naming the node and the field; the other nodes of the pool are configured in the same
 pass."""
 

@@ -29,8 +29,9 @@ from tests.kit.volcano_fixtures import (
     pod,
     replace,
 )
+from vgpu_operator import contract
 from vgpu_operator.agent import decide
-from vgpu_operator.core.nodes.gpu_owners import HAMI_REGISTER_ANNOTATION
+from vgpu_operator.core.nodes.gpu_owners import DRA_FIX, HAMI_REGISTER_ANNOTATION
 from vgpu_operator.core.rules.second_owners import (
     dra_gpu_container,
     feature_gates,
@@ -200,6 +201,22 @@ def test_the_dra_kubelet_plugin_with_dynamic_mig_destroys_instances() -> None:
     assert "DynamicMIG feature gate is on" in f.message
     assert "destroys every MIG instance it did not create" in f.message
     assert "kubeletPlugin.nodeSelector" in f.fix and "DynamicMIG off" in f.fix
+
+
+def test_a_node_whose_static_layout_the_controller_holds_is_named_with_the_hold() -> None:
+    # on its way to a static layout (its target), none released: the controller holds it
+    # (core.nodes.gpu_owners.layout_held) while the plugin reaches it (here: `nodeTaints: []`)
+    held = node("static-2", None, tainted=False)
+    held["metadata"]["labels"] |= {contract.LABEL_POLICY: "static-pool", contract.LABEL_MODE: "mig"}
+    held["metadata"].setdefault("annotations", {})[contract.ANN_TARGET] = STATIC.to_annotation()
+    snap = cluster(dra_kubelet_plugin(), nodes=[held, node("vgpu-1", MIG_NODE, tainted=False)])
+    [f] = findings(snap, "dra-driver-conflict")
+    assert refs(f) >= {"Node static-2", "Node vgpu-1"}
+    assert "static-2 (static MIG: no layout released to its agent yet)" in f.message
+    assert "The operator releases no static MIG layout to 1 of them while it reaches them" in (
+        f.message
+    )
+    assert f.fix.startswith(DRA_FIX)
 
 
 def test_without_the_gate_it_still_hands_out_the_same_gpus() -> None:

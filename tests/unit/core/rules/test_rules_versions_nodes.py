@@ -277,6 +277,9 @@ def test_a_model_the_agent_reports_is_covered_by_the_operator() -> None:
                 profiles=[
                     ProfileInfo(id=19, name="1g.12gb", slices=1, memory_mib=11264, count=7, size=1)
                 ],
+                # the driver's listing: the H100 NVL has no catalog row to cover it from
+                # (models.gpu_catalog_unconfirmed), only its agent's report
+                profiles_source="driver",
             )
         ]
     )

@@ -140,12 +140,15 @@ def test_an_inventory_never_changes_what_the_catalog_says() -> None:
     plan = build_known_geometries(
         [], ["NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL"], list(BUILTIN_GEOMETRIES), [forged, nvl]
     )
-    h100, from_table = plan.appended
+    (h100,) = plan.appended
     assert h100 == next(e for e in BUILTIN_GEOMETRIES if "H100 80GB HBM3" in e.models)
-    # a model only the built-in MIG catalog knows: its values, whatever the report says
-    table = gpu_catalog.model_for_name("NVIDIA H100 NVL")
-    assert table is not None
-    memory = {p.name: p.memory_mib for p in table.profiles}
+    # the H100 NVL has no catalog row (models.gpu_catalog_unconfirmed): its insane report adds
+    # nothing
+    assert plan.uncovered == ["NVIDIA H100 NVL"]
+    # a catalog model no entry matches (no built-ins given): its values, whatever the report says
+    forged_h200 = ReportedGpuModel("NVIDIA H200", (ReportedProfile("1g.18gb", 999_999, 7),))
+    (from_table,) = build_known_geometries([], ["NVIDIA H200"], [], [forged_h200]).appended
+    memory = {p.name: p.memory_mib for p in gpu_catalog.H200.profiles}
     assert all(
         t.memory == memory[t.name] for g in from_table.allowed_geometries for t in g.geometries
     )

@@ -1,14 +1,16 @@
 """A GPU models.gpu_catalog_unconfirmed holds (no cited listing confirms its instances' memory)
 gets dynamic MIG only from its agent's own listing and never a layout from the table: no built-in
-knownMigGeometries entry (another GPU's figures), no catalog-made entry, no static-layout check
-or placement, no fallback profiles in the agent's inventory."""
+knownMigGeometries entry (another GPU's figures), no catalog-made entry, no static layout (the
+agent's planner refuses it as the controller does), no fallback profiles in the agent's
+inventory."""
 
 from __future__ import annotations
 
-from tests.kit.migkit import node, static
+from tests.kit.migkit import dynamic, node, static
 from tests.kit.smi_samples import transcript
 from vgpu_operator import contract
 from vgpu_operator.agent.parse import parse_lgip
+from vgpu_operator.core.mig.layout import UNCONFIRMED
 from vgpu_operator.core.mig.partition import StepKind, plan_node
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.validate import gpu_model
@@ -92,10 +94,11 @@ def test_no_report_may_shadow_an_unconfirmed_name() -> None:
     assert shadowed("NVIDIA B20", known_names(CATALOG)) == [B200]
 
 
-def test_a_static_layout_is_not_checked_or_placed_from_the_table() -> None:
-    """MIG off, the driver lists no profiles yet: the mode first, the instances once the driver
-    lists them (core.mig.partition, two phases); the table refuses nothing, even a layout no
-    listing could allow, and GFD's product label finds no catalog model."""
+def test_a_static_layout_is_refused_by_the_planner_as_by_the_controller() -> None:
+    """MIG off, the driver lists no profiles yet: the agent's planner refuses the layout with the
+    controller's words for the node (models.gpu_catalog_unconfirmed.static_refusal) and plans no
+    step, not even MIG mode (one released before the controller refused it, or by hand); GFD's
+    product label finds no catalog model either, which is the controller's refusal."""
     gpu = GpuInfo(
         index=0,
         uuid="GPU-0",
@@ -106,13 +109,17 @@ def test_a_static_layout_is_not_checked_or_placed_from_the_table() -> None:
         mig_current=False,
         mig_pending=False,
     )
-    # 7 compute slices, 9 memory slices as the user guide's B200 fractions go: left to the driver
     plan = plan_node(node(gpu), static({"profiles": {"3g.90gb": 2, "1g.23gb": 1}}), None)
-    assert plan.errors == ()
-    (gp,) = plan.gpus
-    assert [s.kind for s in gp.steps] == [StepKind.SET_MODE] and gp.deferred
+    (error,) = plan.errors
+    assert plan.gpus == () and plan.steps == ()
+    assert (error.path, error.kind) == ("spec.mig.partitioning", UNCONFIRMED)
+    assert uc.static_refusal("NVIDIA-B200") in error.message
+    assert "partitioning: dynamic" in error.fix
     facts = NodeFacts(name="n", labels={contract.GFD_PRODUCT: "NVIDIA-B200"})
     assert gpu_model(facts) is None
+    # dynamic MIG is not refused: MIG on, the instances are the device plugin's
+    served = plan_node(node(gpu), dynamic(), None)
+    assert [s.kind for s in served.steps] == [StepKind.SET_MODE] and not served.errors
 
 
 def test_the_h200_nvl_takes_the_first_entry_that_matches_it() -> None:

@@ -13,8 +13,10 @@ from tests.kit.nodekit import policy
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
 from vgpu_operator.core.volcano.soft_slicing import (
+    NOT_READ_YET,
     SOFT_SLICING_REFUSED,
     SOFT_SLICING_SOURCE,
+    WAITING_FOR_SCHEDULER,
     AscendScheduler,
     refuse_soft_slicing,
 )
@@ -115,3 +117,35 @@ def test_a_deleting_or_other_mode_policy_is_not_refused() -> None:
     hami = policy("hami", {"nodeSelector": NPU, "mode": "hami-core"})
     got = refused([deleting, hami], old, amd)
     assert got["npu"].refused == () and got["hami"].refused == ()
+
+
+def test_a_scheduler_not_read_yet_holds_the_pools_that_may_turn_soft_slicing_on() -> None:
+    """Before the controller's first configuration pass has read the scheduler (`NOT_READ_YET`)
+    neither its version nor the global switch is known: a pool whose `hamiVnpuCore` is true or
+    unset waits (held, no refusal yet, even on an amd64 node: it is decided once, with the
+    version); one with `hamiVnpuCore: false` or of another mode needs no version and is planned
+    at once; a policy being deleted leaves as any deletion does."""
+    deleting = ascend("deleting", nodeSelector={"matchLabels": {"pool": "gone"}})
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    raws = [
+        ascend("on"),
+        ascend("unset", core=None, nodeSelector={"matchLabels": {"pool": "unset"}}),
+        ascend("off", core=False, nodeSelector={"matchLabels": {"pool": "off"}}),
+        policy("hami", {"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "mode": "hami-core"}),
+        deleting,
+    ]
+    pools = ("unset", "off", "gpu")
+    nodes = [npu("npu-0", "amd64"), *(npu(f"{pool}-0", pool=pool) for pool in pools)]
+    got = refused(raws, NOT_READ_YET, nodes)
+    assert {n for n, p in got.items() if p.waiting} == {"on", "unset"}
+    assert all(p.refused == () for p in got.values())  # nothing refused before the read
+    assert {n for n, p in got.items() if p.suspended} == {"on", "unset"}  # held until then
+    [on], [unset] = got["on"].waiting, got["unset"].waiting
+    assert on.reason == unset.reason == WAITING_FOR_SCHEDULER
+    assert on.field == "spec.ascendVnpu.hamiVnpuCore" and SOFT_SLICING_SOURCE in on.message
+    assert "hamiVnpuCore is true" in on.message and "not read yet" in on.message
+    assert "unset (the Ascend plugin's vnpus.hamiVnpuCore decides)" in unset.message
+    # once read, the same policies are refused or accepted, and none waits
+    read = refused(raws, scheduler("v1.16.0-alpha.1"), nodes)
+    assert all(p.waiting == () for p in read.values())
+    assert {n for n, p in read.items() if p.refused} == {"on"}  # npu-0 is amd64
