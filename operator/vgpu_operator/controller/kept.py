@@ -15,6 +15,7 @@ from typing import Any
 
 from vgpu_operator.controller.snapshot import compact_node
 from vgpu_operator.core.nodes.facts import NodeFacts, node_facts
+from vgpu_operator.core.nodes.textcache import shared
 from vgpu_operator.core.nodes.validate import ParsedPolicy, parse_policy
 from vgpu_operator.core.rollout.gpu_pods import interned
 
@@ -43,6 +44,15 @@ class PolicyEntry:
 def kept_node(body: Mapping[str, Any]) -> dict[str, Any]:
     """The compact Node, its strings interned (thousands of Nodes repeat the same ones)."""
     kept: dict[str, Any] = interned(compact_node(body))
+    # the parts a pool's Nodes repeat, kept once (core.nodes.textcache.shared)
+    meta, spec, status = kept["metadata"], kept["spec"], kept["status"]
+    if "annotations" in meta:
+        meta["annotations"] = shared(meta["annotations"])
+    if "taints" in spec:
+        spec["taints"] = shared(spec["taints"])
+    for key in ("capacity", "allocatable"):
+        if key in status:
+            status[key] = shared(status[key])
     return kept
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vgpu_operator import contract
-from vgpu_operator.core.nodes.textcache import ANNOTATIONS
+from vgpu_operator.core.nodes.textcache import ANNOTATIONS, shared
 from vgpu_operator.models.labels import system_key, valid_label_key, valid_label_value
 from vgpu_operator.models.node import NodeConfig, Owned
 from vgpu_operator.models.policy import Taint
@@ -113,7 +113,11 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
     labels = _str_map(metadata.get("labels"))
     all_annotations = _str_map(metadata.get("annotations"))
     annotations = {k: v for k, v in all_annotations.items() if k in CONTRACT_ANNOTATIONS} or _NONE
-    taints = tuple(dict(t) for t in (spec.get("taints") or []) if isinstance(t, Mapping))
+    taints = tuple(  # a decoded taint as it is (the kept Node's, shared), anything else copied
+        t if type(t) is dict else dict(t)
+        for t in (spec.get("taints") or [])
+        if isinstance(t, Mapping)
+    )
     status = raw.get("status") or {}
     capacity = _str_map(status.get("capacity") or status.get("allocatable"))
     errors: dict[str, str] = {}
@@ -138,7 +142,9 @@ def node_facts(raw: Mapping[str, Any]) -> NodeFacts:
         target=config_of(contract.ANN_TARGET),
         config=config_of(contract.ANN_CONFIG),
         errors=errors or _NONE,
-        capacity={k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)}
+        capacity=shared(
+            {k: v for k, v in capacity.items() if k.startswith(DEVICE_RESOURCE_PREFIXES)}
+        )
         or _NONE,
         unschedulable=spec.get("unschedulable") is True,
         disowned=disowned,

@@ -12,6 +12,7 @@ recently used entries go first. Thread-safe (the tests run controllers in thread
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -71,3 +72,20 @@ class TextCache:
 
 # The one cache of parsed node annotations (core.nodes.facts): 16 MiB for all of them together.
 ANNOTATIONS = TextCache()
+
+
+# Parts that kept objects repeat: a pool's Nodes carry the same capacity, annotations and taints,
+# a Deployment's replicas the same containers and labels. Each distinct part is kept once, by its
+# JSON text, and every object that has an equal part holds that one: kept objects are read,
+# never written. Bounded like the annotations (the objects are anyone's who may create them).
+PARTS = TextCache(budget=4 * 1024 * 1024)
+
+
+def shared(value: T) -> T:
+    """An object equal to `value` (JSON: dicts, lists, strings, numbers), the one kept for its
+    text; `value` itself the first time, or when it is empty."""
+    if not value:
+        return value
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    kept: T = PARTS.get("part", text, lambda _text: value)
+    return kept

@@ -11,13 +11,12 @@ of a pod only what the rules, the fit checks (`core.volcano.unschedulable`) and 
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vgpu_operator.core.nodes.textcache import TextCache
+from vgpu_operator.core.nodes.textcache import shared
 from vgpu_operator.core.rollout.arrive import GpuPod
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig
@@ -186,30 +185,18 @@ def compact_pod(pod: Mapping[str, Any]) -> Obj:
     return out
 
 
-# Parts of a kept pod that its siblings repeat: a Deployment's replicas carry the same
-# containers, labels and owner, and every running pod the same Ready condition. Kept once, by
-# their JSON text, in a cache bounded in bytes (the pods are anyone's who may create them).
-# Kept pods are read, never written, so one object serves every pod that has an equal part.
-SHARED_PARTS = TextCache(budget=4 * 1024 * 1024)
-
-
-def _shared(value: Any) -> Any:
-    if not value:
-        return value
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return SHARED_PARTS.get("pod-part", text, lambda _text: value)
-
-
 def shared_parts(pod: Obj) -> Obj:
-    """`pod` (compact, interned) with its repeated parts replaced by equal ones already kept."""
+    """`pod` (compact, interned) with the parts a Deployment's replicas repeat (containers,
+    labels, owner, the Ready condition) replaced by equal ones already kept
+    (`core.nodes.textcache.shared`)."""
     meta, spec, status = pod["metadata"], pod["spec"], pod["status"]
     for key in ("labels", "ownerReferences"):
         if key in meta:
-            meta[key] = _shared(meta[key])
+            meta[key] = shared(meta[key])
     for key in ("containers", "initContainers"):
-        spec[key] = _shared(spec[key])
+        spec[key] = shared(spec[key])
     if "conditions" in status:
-        status["conditions"] = _shared(status["conditions"])
+        status["conditions"] = shared(status["conditions"])
     return pod
 
 
