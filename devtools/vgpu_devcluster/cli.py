@@ -89,7 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    # SIGTERM behaves like Ctrl-C, so the demo tears down what it started.
+    # SIGTERM behaves like Ctrl-C, so the demo tears down what it started; and Ctrl-C is
+    # Ctrl-C even where the demo was started from a shell that ignores SIGINT for what it runs
+    # in the background (a non-interactive shell's `&`, and so whatever that started).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         code: int = args.func(args)
