@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import datetime as dt
 import json
 import ssl
 import threading
@@ -23,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from vgpu_devcluster.certs import self_signed
 
 TOKEN = "bench-agent-cost-token"
 
@@ -212,51 +213,10 @@ def handler_for(api: Apiserver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A serving certificate for 127.0.0.1 (its own CA), and its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-apiserver")])
-    now = dt.datetime.now(dt.UTC)
-    import ipaddress
-
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "serving.crt", directory / "serving.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 @contextlib.contextmanager
 def local_apiserver(directory: Path, nodes: dict[str, dict[str, str]]) -> Iterator[Server]:
     api = Apiserver(nodes)
-    cert, key = self_signed(directory)
+    cert, key = self_signed(directory, "bench-apiserver", "serving")
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(api))
     server.daemon_threads = True
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

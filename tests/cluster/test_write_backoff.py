@@ -19,7 +19,6 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
-import ipaddress
 import itertools
 import json
 import ssl
@@ -31,14 +30,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes_asyncio import client
 
 from tests.cluster.helpers import ClusterUnderTest, NodeFactory, PolicyFactory, eventually, unique
 from tests.cluster.poolkit import configured_by, hami_policy, wait_nodes
+from vgpu_devcluster.certs import self_signed
 from vgpu_devcluster.install import OPERATOR_USER
 from vgpu_operator import kubeapi
 from vgpu_operator.controller.runner import OperatorThread
@@ -238,60 +234,13 @@ class Webhook:
     reviews: list[tuple[str, str]] = field(default_factory=list)  # (user, node) seen
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 that is its own CA (the webhook's caBundle), and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vgpu-test-webhook")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "webhook.crt", directory / "webhook.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 @contextlib.contextmanager
 def slow_down_webhook(directory: Path, token: str) -> Iterator[Webhook]:
     """An HTTPS server on 127.0.0.1 answering every AdmissionReview with `allowed: false` and
     a 429 Status asking for a retry after RETRY_AFTER seconds (`details.retryAfterSeconds`,
     which the apiserver turns into a Retry-After header: kubernetes/apiserver@v0.35.4:
     pkg/endpoints/handlers/responsewriters/writers.go, ErrorNegotiated)."""
-    cert_file, key_file = self_signed(directory)
+    cert_file, key_file = self_signed(directory, "vgpu-test-webhook", "webhook")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     seen: list[tuple[str, str]] = []
