@@ -282,7 +282,7 @@ async def test_the_controller_holds_the_static_layout_where_the_dra_plugin_reach
         )
         return config is not None and config.gpu_mig is not None
 
-    await eventually(released, timeout=30)
+    await eventually(released, timeout=60)
 
     # the audit log: the pool's labels went out while the plugin was there, the layout after
     async def both_logged() -> bool:

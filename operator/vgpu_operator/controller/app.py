@@ -52,12 +52,14 @@ from vgpu_operator.controller.unschedulable import UnschedulableWarnings
 from vgpu_operator.controller.volcano import VolcanoOptions, VolcanoReconciler
 from vgpu_operator.core.findings import ConditionValue
 from vgpu_operator.core.rollout.gpu_pods import gpu_resources
+from vgpu_operator.core.volcano.dra_kubelet_plugin import dra_gpu_container
 from vgpu_operator.core.volcano.plugin_refusal import plugin_node_values
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.kubeapi.credentials import Credentials
 from vgpu_operator.kubeapi.events import EventPoster
 from vgpu_operator.models.config import OperatorConfig
 from vgpu_operator.models.volcano import registration
+from vgpu_operator.models.volcano_views import workload_view
 
 log = logging.getLogger("vgpu_operator.controller")
 
@@ -287,6 +289,10 @@ class Controller:
         respecced = gone or daemonset_spec(change.previous) != daemonset_spec(change.item)
         if self.volcano.watches("DaemonSet", *named) or respecced:
             self.request_configuration_pass()
+        if respecced and dra_gpu_container(workload_view(change.obj)) is not None:
+            # NVIDIA's DRA kubelet plugin came, went or moved: the nodes whose static layout it
+            # holds are planned again now, not after the configuration pass that follows
+            self.reconciler.request_full()
         ref = self.settings.config.device_plugin
         if named == (ref.namespace, ref.name):  # which policies are refused may change
             config = self.settings.config
