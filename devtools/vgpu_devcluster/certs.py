@@ -32,6 +32,21 @@ def _pem_key(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _key_usage(*, cert_sign: bool, crl_sign: bool) -> x509.KeyUsage:
+    """Digital signature, and signing certificates and CRLs as asked."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=crl_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def generate_sa_keys(directory: Path) -> tuple[Path, Path]:
     """The ServiceAccount token signing key pair: (`sa.key`, `sa.pub`) in `directory`."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -68,17 +83,7 @@ def generate_ca(directory: Path, name: str, common_name: str) -> CertKey:
         .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            _key_usage(cert_sign=True, crl_sign=True),
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -112,17 +117,7 @@ def issue_client_cert(
         .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            _key_usage(cert_sign=False, crl_sign=False),
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
@@ -168,17 +163,7 @@ def self_signed(directory: Path, common_name: str, stem: str) -> tuple[Path, Pat
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            _key_usage(cert_sign=True, crl_sign=False),
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
