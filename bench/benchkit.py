@@ -183,6 +183,16 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def arguments(doc: str | None) -> list[str]:
+    """The command's arguments; with `-h` or `--help` among them, its docstring printed and
+    the process ended (for the benchmarks that read their arguments by hand)."""
+    argv = sys.argv[1:]
+    if "-h" in argv or "--help" in argv:
+        print(doc or "no usage written", flush=True)
+        sys.exit(0)
+    return argv
+
+
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """asyncio.run(main()), with SIGTERM and SIGINT cancelling it (every `finally` then runs:
     processes are stopped, the temporary directory removed); exit status 1 if it did not end

@@ -35,13 +35,12 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import CONCURRENCY, bench_cluster, delete_nodes, log, machine, phase, run
+from benchkit import CONCURRENCY, arguments, bench_cluster, delete_nodes, log, machine, phase, run
 from convergence_floor import floor_run
 from convergence_pool import (
     Run,
@@ -265,4 +264,4 @@ async def main(sizes: list[int], orders: list[bool]) -> None:
 
 
 if __name__ == "__main__":
-    run(lambda: main(*sizes_and_orders(sys.argv[1:], [500, 1000])))
+    run(lambda: main(*sizes_and_orders(arguments(__doc__), [500, 1000])))

@@ -42,6 +42,7 @@ from benchkit import (
     GRACE,
     LEASE_SECONDS,
     Progress,
+    arguments,
     bench_cluster,
     die_with_parent,
     log,
@@ -304,4 +305,4 @@ async def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    run(lambda: main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000))
+    run(lambda: main(int(words[0]) if (words := arguments(__doc__)) else 5000))

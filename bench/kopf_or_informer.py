@@ -30,6 +30,7 @@ from benchkit import (
     CONCURRENCY,
     PhaseTimeout,
     Progress,
+    arguments,
     bench_cluster,
     die_with_parent,
     log,
@@ -204,4 +205,4 @@ async def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    run(lambda: main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000))
+    run(lambda: main(int(words[0]) if (words := arguments(__doc__)) else 5000))

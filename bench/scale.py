@@ -48,6 +48,7 @@ from benchkit import (
     GRACE,
     LEASE_SECONDS,
     Progress,
+    arguments,
     bench_cluster,
     die_with_parent,
     etcd_db_bytes,
@@ -314,5 +315,5 @@ async def main(sizes: list[int], orders: list[bool], opts: Options) -> None:
 
 
 if __name__ == "__main__":
-    opts, words = options(sys.argv[1:])
+    opts, words = options(arguments(__doc__))
     run(lambda: main(*sizes_and_orders(words, [1000, 5000]), opts))

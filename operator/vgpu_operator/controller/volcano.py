@@ -40,7 +40,13 @@ from vgpu_operator.controller.write_results import (
     retry_at,
     write_backoff,
 )
-from vgpu_operator.core.findings import finding_counts, finding_key, new_finding_events
+from vgpu_operator.core.findings import (
+    FindingEvent,
+    finding_counts,
+    finding_events,
+    finding_key,
+    still_found,
+)
 from vgpu_operator.core.volcano import restarts as planner
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 from vgpu_operator.models.config import OperatorConfig
@@ -66,6 +72,9 @@ class VolcanoOptions:
     resync_seconds: float = 300.0
     restart_settle_seconds: float = 5.0  # quiet time after the last change before a restart
     stranded_checks: tuple[float, ...] = (5.0, 30.0)  # passes after a restart, for stranded pods
+    # Finding Events are sent this many at once, then as many again every `min_pass_seconds`
+    # until none is left (a finding on every node of 5,000 is 5,000 Events: sent without
+    # planning another pass for each batch).
     events_per_pass: int = 20
     # A pass waits while the policy reconciler is writing Nodes (at most this long): it then
     # renders the whole batch once, instead of competing with the writes pass after pass.
@@ -107,6 +116,8 @@ class VolcanoReconciler:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _in_pass: bool = False
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    _queued: list[tuple[FindingEvent, dict[str, Any]]] = field(default_factory=list)
+    _sender: asyncio.TimerHandle | None = None
     # Objects whose writes were refused (not 404/409), from pass to pass (`write_results`).
     backoff: WriteBackoff = field(default_factory=write_backoff)
 
@@ -165,6 +176,8 @@ class VolcanoReconciler:
     def stop(self) -> None:
         for timer in self._timers:
             timer.cancel()
+        if self._sender is not None:
+            self._sender.cancel()
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -270,22 +283,30 @@ class VolcanoReconciler:
         ]
         for f in logged:  # new ones: after a scheduler restart, the passes that follow find them
             log.warning("%s: %s Fix: %s", LOGGED_FINDINGS[f.id], f.message, f.fix)
-        events, self._posted, left = new_finding_events(
-            findings, self._posted, self.options.events_per_pass
-        )
+        events, self._posted = finding_events(findings, self._posted)
         uids = _uids(snapshot)
-        for ev in events:
-            ref = _ref(ev.target, uids)
-            if ref["metadata"]["uid"] is None:
-                continue  # no such object (e.g. a missing ConfigMap): nothing to show it on
-            self.post_event(ref, "Warning", ev.reason, ev.message)
-        if left:
-            self.request_at(self.now() + timedelta(seconds=self.options.min_pass_seconds))
+        refs = [(ev, _ref(ev.target, uids)) for ev in events]
+        # no such object (e.g. a missing ConfigMap): nothing to show it on
+        fresh = [(ev, ref) for ev, ref in refs if ref["metadata"]["uid"] is not None]
+        self._queued = still_found(self._queued, self._posted) + fresh
+        if self._sender is None:
+            self._send_events()
         signature = frozenset(finding_key(f) for f in findings)
         if signature == self._signature:
             return False
         self._signature = signature
         return True
+
+    def _send_events(self) -> None:
+        """Send `events_per_pass` queued finding Events; the rest after `min_pass_seconds`."""
+        self._sender = None
+        batch = self.options.events_per_pass
+        sending, self._queued = self._queued[:batch], self._queued[batch:]
+        for ev, ref in sending:
+            self.post_event(ref, "Warning", ev.reason, ev.message)
+        if self._queued:
+            loop = asyncio.get_running_loop()
+            self._sender = loop.call_later(self.options.min_pass_seconds, self._send_events)
 
     def _post_normal(
         self, kind: str, namespace: str, name: str, uid: str, reason: str, message: str

@@ -12,6 +12,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from vgpu_operator.models.findings import Finding, ObjectRef
 
@@ -79,19 +80,22 @@ class FindingEvent:
     message: str
 
 
+# A queued event: its FindingEvent first, then what the shell keeps to send it.
+_Queued = TypeVar("_Queued", bound=tuple[FindingEvent, Any])
+
+
 def _reason(rule_id: str) -> str:
     return "Config" + "".join(part.capitalize() for part in rule_id.split("-"))
 
 
-def new_finding_events(
-    findings: Iterable[Finding], posted: Collection[str], limit: int
-) -> tuple[list[FindingEvent], set[str], int]:
-    """Events for findings not posted before (each on every object it names), at most `limit`
-    per pass; returns (events, keys of all current findings, findings left for a later pass).
-    Keys of findings that went away drop out, so a problem that comes back is reported again."""
+def finding_events(
+    findings: Iterable[Finding], posted: Collection[str]
+) -> tuple[list[FindingEvent], set[str]]:
+    """Events for findings not posted before (each on every object it names); returns (events,
+    keys of all current findings). Keys of findings that went away drop out, so a problem that
+    comes back is reported again. How fast they are sent is the shell's (`still_found`)."""
     events: list[FindingEvent] = []
     current: set[str] = set()
-    left = 0
     for f in findings:
         if f.severity == "info":
             continue
@@ -99,14 +103,16 @@ def new_finding_events(
         current.add(key)
         if key in posted:
             continue
-        if len(events) + max(1, len(f.objects)) > limit:
-            left += 1
-            current.discard(key)  # not posted: try again next pass
-            continue
         message = f"{f.message} Fix: {f.fix}"
         for obj in f.objects:
             events.append(FindingEvent(key, obj, _reason(f.id), message))
-    return events, current, left
+    return events, current
+
+
+def still_found(queued: Iterable[_Queued], current: Collection[str]) -> list[_Queued]:
+    """The queued events (each a FindingEvent first, in a tuple) whose finding a newer pass
+    still found: a problem fixed before its Event was sent is not reported."""
+    return [q for q in queued if q[0].key in current]
 
 
 def finding_counts(findings: Iterable[Finding]) -> dict[tuple[str, str], int]:

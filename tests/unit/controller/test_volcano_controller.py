@@ -271,3 +271,49 @@ def test_facts_after_a_metadata_only_write_take_the_patch_taints_or_keep_them() 
     # an apiserver that answers with the whole Node: taken as it is
     full = {**response, "spec": {"taints": []}}
     assert node_facts(_written(full, {"metadata": {}}, before)).taints == ()
+
+
+async def test_finding_events_are_sent_in_batches_without_another_pass() -> None:
+    """A finding on every node is one Event per node: `events_per_pass` are sent at once and
+    as many again every `min_pass_seconds`, from the pass's own findings (a pass over 1,000
+    nodes that asked for another pass per batch kept the rules worker busy for minutes,
+    bench/idle.py); a newer pass drops the Events of what it no longer finds."""
+    sent: list[str] = []
+    r = VolcanoReconciler(
+        api=None,  # type: ignore[arg-type]  # makes no request
+        config=OperatorConfig(),
+        post_event=lambda ref, _type, _reason, _message: sent.append(ref["metadata"]["name"]),
+        options=VolcanoOptions(events_per_pass=2, min_pass_seconds=0.05),
+    )
+    snap = healthy()
+    names = [str(n["metadata"]["name"]) for n in snap.nodes]
+    for node in snap.nodes:
+        node["metadata"]["uid"] = f"uid-{node['metadata']['name']}"  # Events go to real objects
+    assert len(names) >= 2
+    found = [
+        Finding(
+            id="node-registration",
+            severity="error",
+            objects=(ObjectRef(kind="Node", name=name),),
+            message=f"m {name}",
+            fix="f",
+        )
+        for name in names
+    ]
+    extra = Finding(
+        id="node-registration",
+        severity="error",
+        objects=tuple(ObjectRef(kind="Node", name=name) for name in names),
+        message="all",
+        fix="f",
+    )
+    r._report(snap, [*found, extra])
+    assert len(sent) == 2 and r.passes == 0
+    r._report(snap, found)  # `extra` fixed before its Events went out: they are dropped
+    for _ in range(100):
+        if r._sender is None:
+            break
+        await asyncio.sleep(0.02)
+    assert sorted(sent) == sorted(names)
+    assert not r._timers  # no pass was asked for
+    r.stop()

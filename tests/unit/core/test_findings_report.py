@@ -31,8 +31,9 @@ from vgpu_operator.core.findings import (
     CONDITION,
     config_condition,
     finding_counts,
+    finding_events,
     finding_key,
-    new_finding_events,
+    still_found,
 )
 from vgpu_operator.core.nodes.facts import node_facts
 from vgpu_operator.core.nodes.planner import plan_cluster
@@ -100,31 +101,29 @@ def test_condition_message_is_bounded_and_lists_the_first_findings() -> None:
 def test_one_event_per_finding_and_again_after_it_went_away() -> None:
     f1 = finding("scheduler-predicates", CONF)
     f2 = finding("node-registration", NODE_A, NODE_B)
-    events, posted, left = new_finding_events([f1, f2], set(), limit=10)
+    events, posted = finding_events([f1, f2], set())
     assert [(e.target.name, e.reason) for e in events] == [
         ("volcano-scheduler-configmap", "ConfigSchedulerPredicates"),
         ("a", "ConfigNodeRegistration"),
         ("b", "ConfigNodeRegistration"),
     ]
-    assert left == 0 and posted == {finding_key(f1), finding_key(f2)}
-    again, posted, _ = new_finding_events([f1, f2], posted, limit=10)
+    assert posted == {finding_key(f1), finding_key(f2)}
+    again, posted = finding_events([f1, f2], posted)
     assert again == []
     # f1 fixed, then back: reported again
-    _, posted, _ = new_finding_events([f2], posted, limit=10)
-    back, _, _ = new_finding_events([f1, f2], posted, limit=10)
+    _, posted = finding_events([f2], posted)
+    back, _ = finding_events([f1, f2], posted)
     assert [e.reason for e in back] == ["ConfigSchedulerPredicates"]
 
 
-def test_events_per_pass_are_capped_and_the_rest_come_later() -> None:
-    found = [
-        finding("stranded-pods", ObjectRef(kind="Pod", name=f"p{i}", namespace="x"))
-        for i in range(5)
-    ]
-    first, posted, left = new_finding_events(found, set(), limit=3)
-    assert (len(first), left) == (3, 2)
-    rest, posted, left = new_finding_events(found, posted, limit=3)
-    assert (len(rest), left) == (2, 0)
-    assert {e.target.name for e in first + rest} == {f"p{i}" for i in range(5)}
+def test_queued_events_of_a_fixed_finding_are_not_sent() -> None:
+    """Events wait in the shell's queue; a newer pass that no longer finds their problem
+    drops them, and keeps the others in their order."""
+    found = [finding("node-registration", ObjectRef(kind="Node", name=f"n{i}")) for i in range(3)]
+    events, _ = finding_events(found, set())
+    queued = [(e, e.target.name) for e in events]
+    _, current = finding_events([found[0], found[2]], set())
+    assert [name for _, name in still_found(queued, current)] == ["n0", "n2"]
 
 
 def test_metric_counts_by_rule_and_severity() -> None:
