@@ -12,18 +12,18 @@ N kwok nodes (default 1,000) in one pool, an agent per node and the operator run
   (`--leader-elect`, its default durations: a Lease renewal every 2 s).
 A `hami-core` policy over the pool; once every node carries its taint and its agent's state
 `success`, and the operator (with its rules worker) has used under 5 % of a core for 2 s, and
-`--settle` seconds more (default 30), the window opens: `--minutes` (default 10) in which nothing
-changes. The agents are not waited for: each resyncs every 300 s (`AgentOptions.resync`: it reads
-its Node and its GPUs again, and writes nothing when nothing changed), so N agents started together
-keep one process busy with N / 300 resyncs a second, each a few fake nvidia-smi processes; that is
-their idle state, and the window measures it. Its requests come from the apiserver's audit log,
-which logs every write and every read of the operator's namespace's ServiceAccounts
-(vgpu_devcluster/cluster.py AUDIT_POLICY), each request once (the first stage logged of its
-auditID), received in the window: the writes per identity, verb and resource (the operator's Lease
-renewals apart; the goal is no other write), the reads per minute per identity, verb and resource,
-and the CPU seconds each process spent in the window (its live processes and the children it
-reaped: the operator's rules worker, the agents' nvidia-smi calls), with the apiserver's and the
-machine's.
+neither it nor the agents have written (Lease renewals aside) for 20 s, and `--settle` seconds more
+(default 30), the window opens: `--minutes` (default 10) in which nothing changes. The agents are
+not waited for: each resyncs every 300 s (`AgentOptions.resync`: it reads its Node and its GPUs
+again, and writes nothing when nothing changed), so N agents started together keep one process busy
+with N / 300 resyncs a second, each a few fake nvidia-smi processes; that is their idle state, and
+the window measures it. Its requests come from the apiserver's audit log, which logs every write
+and every read of the operator's namespace's ServiceAccounts (vgpu_devcluster/cluster.py
+AUDIT_POLICY), each request once (the first stage logged of its auditID), received in the window:
+the writes per identity, verb and resource (the operator's Lease renewals apart; the goal is no
+other write), the reads per minute per identity, verb and resource, and the CPU seconds each
+process spent in the window (its live processes and the children it reaped: the operator's rules
+worker, the agents' nvidia-smi calls), with the apiserver's and the machine's.
 
 Node leases, deadlines and clean exits: bench/benchkit.py.
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import sys
 import time
 from collections import Counter
@@ -90,6 +91,7 @@ READS = ("get", "list", "watch")
 # are the command's defaults, 15 s, 10 s and a renewal every 2 s).
 LEADER_ARGS = ("--leader-elect", f"--leader-elect-namespace={OPERATOR_NAMESPACE}")
 WHO = {OPERATOR_USER: "operator", AGENT_USER: "agents"}
+WRITES_QUIET = 20.0  # seconds with no write before the settle time and the window
 
 
 @dataclass
@@ -140,6 +142,31 @@ async def converged(api: Any, n: int, progress: Progress) -> None:
         if done >= n:
             return
         await asyncio.sleep(2)
+
+
+async def writes_settled(cluster: LocalCluster, quiet: float, progress: Progress) -> None:
+    """Until neither the operator nor the agents have written (Lease renewals aside) for `quiet`
+    seconds, read off the audit log as it grows: the operator sends its findings' Events 20
+    every 2 s after the pass that found them, so findings on every node are still being sent
+    for minutes after convergence."""
+    offset, last, writes = cluster.audit_offset(), time.monotonic(), 0
+    while (still := time.monotonic() - last) < quiet:
+        progress(f"{quiet - still:.0f}s with no write to go ({writes} since convergence)")
+        await asyncio.sleep(2)
+        with cluster.audit_log.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+        whole = data.rfind(b"\n") + 1  # a line being written is read next time
+        offset += whole
+        for line in data[:whole].splitlines():
+            e = json.loads(line)
+            if (
+                e.get("user", {}).get("username") in WHO
+                and e.get("verb") in WRITES
+                and resource(e) != "leases"
+                and e.get("stage") == "ResponseComplete"
+            ):
+                last, writes = time.monotonic(), writes + 1
 
 
 def window_requests(
@@ -233,6 +260,11 @@ async def idle_run(
         running = operator
 
         await phase("the operator idle", idle_deadline(n), lambda p: went_idle(running.proc.pid, p))
+        await phase(
+            "the last write after convergence",
+            120 + n * 0.5,
+            lambda p: writes_settled(cluster, WRITES_QUIET, p),
+        )
         log(f"converged and idle; {settle:g}s more before the window")
         await asyncio.sleep(settle)
         window = await phase(
