@@ -109,7 +109,12 @@ PLAN_MODULE = "vgpu_operator.commands.plan"
 # lives, so its parser holds its own subcommand only. The other subcommands' modules import the
 # controller's core and models (rules, rendering, ruamel), about 6 MiB of each agent's resident
 # memory that it never uses (bench/agent_cost.py). Its arguments, help and errors are the same.
-ALONE: dict[str, str] = {"agent": "vgpu_operator.agent.cli"}
+# `doctor` too: a user waits for its start, and the other commands' modules are a tenth of a
+# second of imports it does not use (bench/doctor_scale.py).
+ALONE: dict[str, str] = {
+    "agent": "vgpu_operator.agent.cli",
+    "doctor": "vgpu_operator.commands.doctor",
+}
 # `vgpu-operator run` (the controller) is built alone too: the doctor, plan, validate and
 # cleanup modules it would otherwise import are about 2 MiB of the controller's resident memory
 # (bench/process_floor.py), and it uses none of them.

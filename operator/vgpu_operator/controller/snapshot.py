@@ -17,7 +17,8 @@ pod: a rule that looks for other pods sees them only through `doctor`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -74,18 +75,66 @@ async def get_or_none(api: client.ApiClient, path: str) -> Obj | None:
 
 
 async def list_all(
-    api: client.ApiClient, path: str, query: Mapping[str, str] | None = None
+    api: client.ApiClient,
+    path: str,
+    query: Mapping[str, str] | None = None,
+    keep: Callable[[Obj], Obj] | None = None,
 ) -> list[Obj]:
-    """Every item of a list, page by page (`limit`/`continue`)."""
-    items: list[Obj] = []
+    """Every item of a list, page by page (`limit`/`continue`), each passed through `keep`
+    (e.g. `compact_pod`; None: as listed). The next page is asked for before this one is
+    decoded, and the decoding runs in a thread meanwhile: the apiserver encodes one page while
+    this process decodes the last (`doctor` over 50,000 pods, bench/doctor_scale.py)."""
     params = {"limit": str(PAGE), **(query or {})}
+    items: list[Obj] = []
+    raw = await kubeapi.request_bytes(api, "GET", path, query=params)
     while True:
-        body = await kubeapi.request(api, "GET", path, query=params)
-        items.extend(body.get("items") or [])
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
+        token = continue_token(raw)
+        following = (
+            asyncio.ensure_future(
+                kubeapi.request_bytes(api, "GET", path, query={**params, "continue": token})
+            )
+            if token
+            else None
+        )
+        try:
+            page, token = await asyncio.to_thread(_page, raw, keep)
+        except BaseException:
+            if following is not None:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+            raise
+        items.extend(page)
+        if following is not None:
+            raw = await following
+        elif token:  # the head did not say (not the apiserver's order): one page after another
+            raw = await kubeapi.request_bytes(api, "GET", path, query={**params, "continue": token})
+        else:
             return items
-        params = {**params, "continue": token}
+
+
+def continue_token(raw: bytes) -> str | None:
+    """The `continue` token of a list's JSON, read off its head: the apiserver writes a list's
+    `metadata` before its `items` (the Go struct's field order, k8s.io/apimachinery@v0.35.4:
+    pkg/apis/meta/v1/types.go `List`/`ListMeta`; the typed lists' the same). None when there is
+    none or the head is not in that form (the caller then takes it from the decoded page)."""
+    at = raw.find(b',"items":')
+    if at < 0:
+        return None
+    try:
+        head = json.loads(raw[:at] + b"}")
+    except ValueError:
+        return None
+    meta = head.get("metadata") if isinstance(head, dict) else None
+    token = meta.get("continue") if isinstance(meta, dict) else None
+    return token if isinstance(token, str) and token else None
+
+
+def _page(raw: bytes, keep: Callable[[Obj], Obj] | None) -> tuple[list[Obj], str | None]:
+    """A list page's items (through `keep`) and its `continue` token."""
+    body = json.loads(raw) if raw else {}
+    items = body.get("items") or []
+    token = (body.get("metadata") or {}).get("continue") or None
+    return (items if keep is None else [keep(i) for i in items]), token
 
 
 def compact_node(node: Mapping[str, Any]) -> Obj:
@@ -232,12 +281,12 @@ def _ref_of(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 async def read_nodes(api: client.ApiClient) -> list[Obj]:
-    return [compact_node(n) for n in await list_all(api, kubeapi.node_path())]
+    return await list_all(api, kubeapi.node_path(), keep=compact_node)
 
 
 async def read_pods(api: client.ApiClient) -> list[Obj]:
-    pods = await list_all(api, "/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded"})
-    return [compact_pod(p) for p in pods]
+    query = {"fieldSelector": "status.phase!=Succeeded"}
+    return await list_all(api, "/api/v1/pods", query, keep=compact_pod)
 
 
 RESOURCE_GROUP_PATH = "/apis/resource.k8s.io"

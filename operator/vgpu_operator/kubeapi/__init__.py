@@ -48,7 +48,7 @@ from vgpu_operator.kubeapi.resources import (
 )
 
 if TYPE_CHECKING:
-    from vgpu_operator.kubeapi.aio import Client, answer, open_stream, request
+    from vgpu_operator.kubeapi.aio import Client, answer, open_stream, request, request_bytes
     from vgpu_operator.kubeapi.watch import list_all, list_watch
 
 # name -> the module that defines it, imported on first use (it imports kubernetes-asyncio)
@@ -57,6 +57,7 @@ _ON_USE = {
     "answer": "aio",
     "open_stream": "aio",
     "request": "aio",
+    "request_bytes": "aio",
     "list_all": "watch",
     "list_watch": "watch",
 }
@@ -100,4 +101,5 @@ __all__ = [
     "open_stream",
     "policy_path",
     "request",
+    "request_bytes",
 ]

@@ -192,6 +192,34 @@ async def request(
     accept: str = JSON,
 ) -> dict[str, Any]:
     """One API request; returns the decoded JSON body. Errors: `kubeapi.errors`."""
+    data = await request_bytes(
+        api,
+        method,
+        path,
+        body=body,
+        query=query,
+        content_type=content_type,
+        field_manager=field_manager,
+        timeout=timeout,
+        accept=accept,
+    )
+    result: dict[str, Any] = json.loads(data) if data else {}
+    return result
+
+
+async def request_bytes(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    query: dict[str, str] | None = None,
+    content_type: str = JSON,
+    field_manager: str | None = contract.FIELD_MANAGER,
+    timeout: float = 30.0,
+    accept: str = JSON,
+) -> bytes:
+    """`request`'s body undecoded (a caller that decodes it elsewhere, e.g. in a thread)."""
     params = dict(query or {})
     if field_manager and method in ("POST", "PUT", "PATCH"):
         params["fieldManager"] = field_manager
@@ -205,13 +233,12 @@ async def request(
         timeout=timeout,
     )
     try:
-        data = await resp.read()
+        data: bytes = await resp.read()
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise Unreachable(f"{type(exc).__name__}: {exc}", path=path) from exc
     finally:
         resp.release()
-    result: dict[str, Any] = json.loads(data) if data else {}
-    return result
+    return data
 
 
 async def answer(

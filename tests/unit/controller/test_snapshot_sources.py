@@ -196,3 +196,22 @@ def test_a_compact_daemonset_keeps_spec_and_metadata_but_not_status() -> None:
     assert compact["metadata"]["annotations"] == {"deprecated.daemonset.template.generation": "3"}
     assert compact["metadata"]["resourceVersion"] == "5"
     assert "managedFields" not in compact["metadata"]
+
+
+def test_the_continue_token_comes_from_a_typed_lists_head_only() -> None:
+    """A typed list's head (kind, apiVersion, metadata) before `,"items":` gives the token; a
+    head in another order (a custom resource's list, keys sorted) or none gives None, and the
+    decoded page gives it instead (`_page`)."""
+    from vgpu_operator.controller.snapshot import _page, continue_token
+
+    typed = (
+        b'{"kind":"PodList","apiVersion":"v1",'
+        b'"metadata":{"resourceVersion":"9","continue":"eyJ2"},"items":[{"a":1}]}'
+    )
+    assert continue_token(typed) == "eyJ2"
+    last = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}'
+    assert continue_token(last) is None
+    custom = b'{"apiVersion":"x/v1","items":[{"a":1}],"kind":"XList","metadata":{"continue":"c"}}'
+    assert continue_token(custom) is None
+    assert _page(custom, None) == ([{"a": 1}], "c")
+    assert _page(typed, lambda o: {"kept": o["a"]}) == ([{"kept": 1}], "eyJ2")
