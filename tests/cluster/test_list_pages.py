@@ -34,7 +34,7 @@ async def test_every_page_is_listed_in_order_and_the_head_gives_the_token(
 
     await asyncio.gather(*(create(n) for n in names))
     query = {"limit": "50", "labelSelector": "t=pages"}
-    raw = await kubeapi.request_bytes(api, "GET", path, query=query)
+    raw = await kubeapi.request_bytes(api, path, query=query)
     token = continue_token(raw)
     assert token is not None and token == json.loads(raw)["metadata"]["continue"]
 
@@ -42,6 +42,6 @@ async def test_every_page_is_listed_in_order_and_the_head_gives_the_token(
     assert [cm["name"] for cm in listed] == names  # three pages, each once, in the list's order
 
     # A custom resource's list: `items` comes before `metadata` (the head has no token).
-    crd_raw = await kubeapi.request_bytes(api, "GET", kubeapi.policy_path(), query={"limit": "1"})
+    crd_raw = await kubeapi.request_bytes(api, kubeapi.policy_path(), query={"limit": "1"})
     assert crd_raw.index(b'"items"') < crd_raw.index(b'"metadata"')
     assert continue_token(crd_raw) is None

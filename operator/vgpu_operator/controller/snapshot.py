@@ -86,12 +86,12 @@ async def list_all(
     this process decodes the last (`doctor` over 50,000 pods, bench/doctor_scale.py)."""
     params = {"limit": str(PAGE), **(query or {})}
     items: list[Obj] = []
-    raw = await kubeapi.request_bytes(api, "GET", path, query=params)
+    raw = await kubeapi.request_bytes(api, path, query=params)
     while True:
         token = continue_token(raw)
         following = (
             asyncio.ensure_future(
-                kubeapi.request_bytes(api, "GET", path, query={**params, "continue": token})
+                kubeapi.request_bytes(api, path, query={**params, "continue": token})
             )
             if token
             else None
@@ -107,7 +107,7 @@ async def list_all(
         if following is not None:
             raw = await following
         elif token:  # the head did not say (not the apiserver's order): one page after another
-            raw = await kubeapi.request_bytes(api, "GET", path, query={**params, "continue": token})
+            raw = await kubeapi.request_bytes(api, path, query={**params, "continue": token})
         else:
             return items
 

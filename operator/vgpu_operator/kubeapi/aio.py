@@ -192,43 +192,38 @@ async def request(
     accept: str = JSON,
 ) -> dict[str, Any]:
     """One API request; returns the decoded JSON body. Errors: `kubeapi.errors`."""
-    data = await request_bytes(
-        api,
-        method,
-        path,
-        body=body,
-        query=query,
-        content_type=content_type,
-        field_manager=field_manager,
-        timeout=timeout,
-        accept=accept,
-    )
+    params = dict(query or {})
+    if field_manager and method in ("POST", "PUT", "PATCH"):
+        params["fieldManager"] = field_manager
+    headers = {"Content-Type": content_type, "Accept": accept}
+    data = await _body(api, method, path, params, headers, body, timeout)
     result: dict[str, Any] = json.loads(data) if data else {}
     return result
 
 
 async def request_bytes(
+    api: client.ApiClient, path: str, *, query: dict[str, str] | None = None, timeout: float = 30.0
+) -> bytes:
+    """A JSON GET's body undecoded (for a caller that decodes it elsewhere, e.g. in a thread)."""
+    headers = {"Content-Type": JSON, "Accept": JSON}
+    return await _body(api, "GET", path, dict(query or {}), headers, None, timeout)
+
+
+async def _body(
     api: client.ApiClient,
     method: str,
     path: str,
-    *,
-    body: Any = None,
-    query: dict[str, str] | None = None,
-    content_type: str = JSON,
-    field_manager: str | None = contract.FIELD_MANAGER,
-    timeout: float = 30.0,
-    accept: str = JSON,
+    params: dict[str, str],
+    headers: dict[str, str],
+    body: Any,
+    timeout: float,
 ) -> bytes:
-    """`request`'s body undecoded (a caller that decodes it elsewhere, e.g. in a thread)."""
-    params = dict(query or {})
-    if field_manager and method in ("POST", "PUT", "PATCH"):
-        params["fieldManager"] = field_manager
     resp = await open_stream(
         api,
         method,
         path,
         query=list(params.items()),
-        headers={"Content-Type": content_type, "Accept": accept},
+        headers=headers,
         body=body,
         timeout=timeout,
     )
