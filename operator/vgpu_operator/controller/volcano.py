@@ -72,10 +72,11 @@ class VolcanoOptions:
     resync_seconds: float = 300.0
     restart_settle_seconds: float = 5.0  # quiet time after the last change before a restart
     stranded_checks: tuple[float, ...] = (5.0, 30.0)  # passes after a restart, for stranded pods
-    # Finding Events are sent this many at once, then as many again every `min_pass_seconds`
+    # Finding Events are sent this many at once, then as many again every `event_batch_seconds`
     # until none is left (a finding on every node of 5,000 is 5,000 Events: sent without
     # planning another pass for each batch).
-    events_per_pass: int = 20
+    events_per_batch: int = 20
+    event_batch_seconds: float = 2.0
     # A pass waits while the policy reconciler is writing Nodes (at most this long): it then
     # renders the whole batch once, instead of competing with the writes pass after pass.
     max_defer_seconds: float = 10.0
@@ -298,15 +299,15 @@ class VolcanoReconciler:
         return True
 
     def _send_events(self) -> None:
-        """Send `events_per_pass` queued finding Events; the rest after `min_pass_seconds`."""
+        """Send `events_per_batch` queued finding Events; the rest after `event_batch_seconds`."""
         self._sender = None
-        batch = self.options.events_per_pass
+        batch = self.options.events_per_batch
         sending, self._queued = self._queued[:batch], self._queued[batch:]
         for ev, ref in sending:
             self.post_event(ref, "Warning", ev.reason, ev.message)
         if self._queued:
             loop = asyncio.get_running_loop()
-            self._sender = loop.call_later(self.options.min_pass_seconds, self._send_events)
+            self._sender = loop.call_later(self.options.event_batch_seconds, self._send_events)
 
     def _post_normal(
         self, kind: str, namespace: str, name: str, uid: str, reason: str, message: str

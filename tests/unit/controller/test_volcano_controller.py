@@ -274,8 +274,8 @@ def test_facts_after_a_metadata_only_write_take_the_patch_taints_or_keep_them() 
 
 
 async def test_finding_events_are_sent_in_batches_without_another_pass() -> None:
-    """A finding on every node is one Event per node: `events_per_pass` are sent at once and
-    as many again every `min_pass_seconds`, from the pass's own findings (a pass over 1,000
+    """A finding on every node is one Event per node: `events_per_batch` are sent at once and
+    as many again every `event_batch_seconds`, from the pass's own findings (a pass over 1,000
     nodes that asked for another pass per batch kept the rules worker busy for minutes,
     bench/idle.py); a newer pass drops the Events of what it no longer finds."""
     sent: list[str] = []
@@ -283,7 +283,7 @@ async def test_finding_events_are_sent_in_batches_without_another_pass() -> None
         api=None,  # type: ignore[arg-type]  # makes no request
         config=OperatorConfig(),
         post_event=lambda ref, _type, _reason, _message: sent.append(ref["metadata"]["name"]),
-        options=VolcanoOptions(events_per_pass=2, min_pass_seconds=0.05),
+        options=VolcanoOptions(events_per_batch=2, event_batch_seconds=0.05),
     )
     snap = healthy()
     names = [str(n["metadata"]["name"]) for n in snap.nodes]
