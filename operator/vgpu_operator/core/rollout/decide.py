@@ -36,7 +36,7 @@ continues exactly where it stood and never releases twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -47,7 +47,7 @@ from vgpu_operator import contract
 from vgpu_operator.core.nodes.facts import NodeFacts
 from vgpu_operator.core.nodes.gpu_owners import OtherOwner, layout_held
 from vgpu_operator.core.nodes.patch import desired_for
-from vgpu_operator.core.nodes.selection import select
+from vgpu_operator.core.nodes.selection import is_excluded, matches_selector, select
 from vgpu_operator.core.nodes.step import NodeEvent, NodeStep
 from vgpu_operator.core.nodes.validate import ParsedPolicy
 from vgpu_operator.core.rollout.arrival import arrival_kind
@@ -122,6 +122,33 @@ def parse_rollout(facts: NodeFacts) -> tuple[NodeRollout | None, str | None]:
 Starter = Callable[[], NodeStep]
 
 
+def pool_sizes(
+    views: Sequence[NodeView],
+    policies: Mapping[str, VGPUNodePolicy],
+    everyone: Mapping[str, VGPUNodePolicy],
+    leaves: Mapping[str, str],
+) -> dict[str, int]:
+    """The pool each policy's `maxUnavailable` percent is taken of: the nodes it owns and the
+    nodes leaving it. A policy being deleted owns none, and its pool would shrink as its nodes
+    leave (10 % of 100, then of 90, ... down to one node at a time for the last ones); its pool
+    is the nodes its selector still matches (not excluded), which have left or are leaving, so
+    the budget stays what it was when the deletion began."""
+    members: dict[str, set[str]] = {}
+    for v in views:
+        mine = v.owner if v.owner is not None and v.owner in policies else leaves.get(v.facts.name)
+        if mine is not None:
+            members.setdefault(mine, set()).add(v.facts.name)
+    for name, p in everyone.items():
+        if not p.deleting:
+            continue
+        matched = members.setdefault(name, set())
+        for v in views:
+            labels = v.facts.labels
+            if not is_excluded(labels) and matches_selector(p.spec.node_selector, labels):
+                matched.add(v.facts.name)
+    return {name: len(nodes) for name, nodes in members.items()}
+
+
 def decide(
     views: Iterable[NodeView],
     policies: Mapping[str, VGPUNodePolicy],
@@ -143,11 +170,7 @@ def decide(
     everyone = {**(leaving_policies or {}), **policies}
     leaves = leaving or {}
     views = list(views)
-    pool: dict[str, int] = {}
-    for v in views:
-        mine = v.owner if v.owner is not None and v.owner in policies else leaves.get(v.facts.name)
-        if mine is not None:
-            pool[mine] = pool.get(mine, 0) + 1
+    pool = pool_sizes(views, policies, everyone, leaves)
     steps: dict[str, NodeStep] = {}
     charged: dict[str, list[str]] = {name: [] for name in everyone}
     # Nodes whose transition ends in this pass: their slot frees once that write has landed
