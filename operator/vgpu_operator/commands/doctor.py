@@ -276,11 +276,12 @@ async def check(
     saved there first (raises SnapshotFileError when it cannot be)."""
     from vgpu_operator.controller.admission_guard import read_admission
     from vgpu_operator.controller.discovery import read_and_discover
-    from vgpu_operator.controller.rules_worker import run_rules
+    from vgpu_operator.controller.rules_worker import run_rules, shared
     from vgpu_operator.controller.snapshot import read_snapshot
     from vgpu_operator.kubeapi.credentials import resolve
 
     api = await resolve(kubeconfig, context).client(pool_size=8, user_agent="vgpu-operator-doctor")
+    shared().start()  # the rules' worker imports them while the cluster is read
     async with api:
         if config is None:
             source = await running_config(api)

@@ -127,6 +127,12 @@ class RulesWorker:
             except subprocess.TimeoutExpired:
                 log.error("the rules' worker %d did not end after SIGKILL", process.pid)
 
+    def start(self) -> None:
+        """Start the process now rather than at the first pass: its imports then run while the
+        caller reads what it will check (`doctor`)."""
+        with self._lock:
+            self._start()
+
     def close(self) -> None:
         self.closing = True
         with self._lock:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -30,9 +30,12 @@ from vgpu_operator.core.dra.unschedulable import claim_ask
 from vgpu_operator.core.rollout.gpu_pods import (
     compact_meta,
     compact_pod,
+    gpu_resources,
     label_selector,
     nvidia_plugin_workload,
+    plugin_names_in,
     pod_key,
+    snapshot_pod,
 )
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import OperatorConfig
@@ -78,12 +81,13 @@ async def list_all(
     api: client.ApiClient,
     path: str,
     query: Mapping[str, str] | None = None,
-    keep: Callable[[Obj], Obj] | None = None,
+    keep: Callable[[Obj], Obj | None] | None = None,
 ) -> list[Obj]:
     """Every item of a list, page by page (`limit`/`continue`), each passed through `keep`
-    (e.g. `compact_pod`; None: as listed). The next page is asked for before this one is
-    decoded, and the decoding runs in a thread meanwhile: the apiserver encodes one page while
-    this process decodes the last (`doctor` over 50,000 pods, bench/doctor_scale.py)."""
+    (e.g. `compact_node`; an item it returns None for is dropped; None: as listed). The next
+    page is asked for before this one is decoded, and the decoding runs in a thread meanwhile:
+    the apiserver encodes one page while this process decodes the last (`doctor` over 50,000
+    pods, bench/doctor_scale.py)."""
     params = {"limit": str(PAGE), **(query or {})}
     items: list[Obj] = []
     raw = await kubeapi.request_bytes(api, path, query=params)
@@ -129,12 +133,15 @@ def continue_token(raw: bytes) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
-def _page(raw: bytes, keep: Callable[[Obj], Obj] | None) -> tuple[list[Obj], str | None]:
-    """A list page's items (through `keep`) and its `continue` token."""
+def _page(raw: bytes, keep: Callable[[Obj], Obj | None] | None) -> tuple[list[Obj], str | None]:
+    """A list page's items (through `keep`, which drops an item by returning None) and its
+    `continue` token."""
     body = json.loads(raw) if raw else {}
     items = body.get("items") or []
     token = (body.get("metadata") or {}).get("continue") or None
-    return (items if keep is None else [keep(i) for i in items]), token
+    if keep is None:
+        return items, token
+    return [k for k in map(keep, items) if k is not None], token
 
 
 def compact_node(node: Mapping[str, Any]) -> Obj:
@@ -284,9 +291,15 @@ async def read_nodes(api: client.ApiClient) -> list[Obj]:
     return await list_all(api, kubeapi.node_path(), keep=compact_node)
 
 
-async def read_pods(api: client.ApiClient) -> list[Obj]:
+async def read_pods(
+    api: client.ApiClient, config: OperatorConfig, configmaps: Awaitable[list[Obj]]
+) -> list[Obj]:
+    """The pods of the cluster a rule or the plan reads (`snapshot_pod`), compact. The GPU
+    resource names include those NVIDIA's device plugin's configs advertise: the ConfigMaps
+    (`configmaps`, a handful of GETs) are read before the first page is asked for."""
+    resources = gpu_resources(config, plugin_names_in(config, await configmaps).names)
     query = {"fieldSelector": "status.phase!=Succeeded"}
-    return await list_all(api, "/api/v1/pods", query, keep=compact_pod)
+    return await list_all(api, "/api/v1/pods", query, keep=snapshot_pod(config, resources))
 
 
 RESOURCE_GROUP_PATH = "/apis/resource.k8s.io"
@@ -414,11 +427,12 @@ async def read_snapshot(
     async def no_claims() -> ClaimDrivers | None:
         return None
 
+    read = asyncio.ensure_future(read_configmaps(api, config))
     configmaps, (deployments, found), node_list, pods, claims, dra = await asyncio.gather(
-        read_configmaps(api, config),
+        read,
         read_workloads(api, config, daemonsets),
         read_nodes(api) if nodes is None else given(nodes),
-        read_pods(api) if gpu_pods is None else given(gpu_pods),
+        read_pods(api, config, read) if gpu_pods is None else given(gpu_pods),
         read_claims(api) if gpu_pods is None else no_claims(),
         read_dra_api(api, config),
     )

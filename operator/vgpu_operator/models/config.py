@@ -21,6 +21,7 @@ before anything reads or writes (`auto_fields`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal
 
 import yaml
@@ -116,6 +117,15 @@ class NvidiaDevicePluginMatch(ConfigModel):
     image_substrings: list[str] = Field(
         default_factory=lambda: ["nvidia/k8s-device-plugin"], alias="imageSubstrings"
     )
+
+    def recognises(self, labels: Mapping[str, str], images: Iterable[str]) -> bool:
+        """Whether a pod (or a workload's pod template) with these labels and container images
+        is NVIDIA's device plugin: every label of one `podLabels` entry, or an image containing
+        one of `imageSubstrings`."""
+        by_label = any(
+            sel and all(labels.get(k) == v for k, v in sel.items()) for sel in self.pod_labels
+        )
+        return by_label or any(sub in img for img in images for sub in self.image_substrings)
 
 
 # A DRA driver's name: a DNS subdomain of at most 63 characters

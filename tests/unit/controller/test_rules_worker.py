@@ -56,6 +56,21 @@ def test_the_worker_finds_what_the_rules_find_in_process() -> None:
         worker.close()
 
 
+def test_a_worker_started_early_is_the_one_the_first_pass_uses() -> None:
+    worker = RulesWorker()
+    try:
+        assert worker.pid is None
+        worker.start()  # doctor: before it reads the cluster
+        started = worker.pid
+        assert started is not None
+        worker.start()  # already running: the same process
+        assert worker.pid == started
+        assert worker.run(healthy()).findings == run_rules(healthy()).findings
+        assert worker.pid == started and worker.kills == 0
+    finally:
+        worker.close()
+
+
 def test_a_rule_past_its_deadline_is_an_error_and_the_others_still_run(
     worker: RulesWorker,
 ) -> None:

@@ -98,10 +98,21 @@ def gpu_resources(config: OperatorConfig, plugin_names: Iterable[str] = ()) -> G
 def plugin_config_names(snapshot: ClusterSnapshot) -> PluginConfigNames:
     """What NVIDIA's device plugin's configs (the ConfigMap the operator config names) may
     advertise, as the snapshot read them; nothing when none is named."""
-    ref = snapshot.config.nvidia_device_plugin_config
+    return plugin_names_in(snapshot.config, snapshot.configmaps)
+
+
+def plugin_names_in(config: OperatorConfig, configmaps: Iterable[Obj]) -> PluginConfigNames:
+    """`plugin_config_names` with the ConfigMaps as read (before the snapshot is whole)."""
+    ref = config.nvidia_device_plugin_config
     if ref is None:
         return PluginConfigNames()
-    return configmap_names(snapshot.configmap(ref.namespace, ref.name), ref.key)
+    named = (
+        c
+        for c in configmaps
+        if (c.get("metadata") or {}).get("namespace") == ref.namespace
+        and (c.get("metadata") or {}).get("name") == ref.name
+    )
+    return configmap_names(next(named, None), ref.key)
 
 
 def snapshot_gpu_resources(snapshot: ClusterSnapshot) -> GpuResources:
@@ -212,6 +223,36 @@ def gpu_pod(resources: GpuResources) -> Callable[[Mapping[str, Any]], Obj | None
     return parse
 
 
+def snapshot_pod(
+    config: OperatorConfig, resources: GpuResources
+) -> Callable[[Mapping[str, Any]], Obj | None]:
+    """The parse of a pod listed across the cluster (`doctor`, `plan`'s snapshot): the compact
+    pod if a rule or the plan reads it, else None (decoded and dropped). They read the pods
+    holding GPU resources or a ResourceClaim (as the controller's pod index keeps them), a
+    DaemonSet's pods (the device plugins and DRA kubelet plugins, recognised by their
+    DaemonSet: `core.volcano.placement.reached`, `core.dra.prerequisites`), the pods of the
+    scheduler's namespace (its Deployment's, `pods_of`) and NVIDIA's device plugin's wherever it
+    runs (`nvidia-device-plugin-conflict`). The rest, nine in ten of bench/doctor_scale.py's
+    50,000 pods, cost `doctor` their compaction, their pickling to the rules' worker and every
+    rule's loop over them, for no finding."""
+    namespace = config.scheduler.deployment.namespace
+    match = config.nvidia_device_plugin
+
+    def parse(pod: Mapping[str, Any]) -> Obj | None:
+        meta = pod.get("metadata") or {}
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if (
+            holds_gpu(pod, resources)
+            or meta.get("namespace") == namespace
+            or any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+            or match.recognises(meta.get("labels") or {}, [c.get("image", "") for c in containers])
+        ):
+            return compact_pod(pod)
+        return None
+
+    return parse
+
+
 def gpu_pod_of(pod: Mapping[str, Any]) -> GpuPod | None:
     """A pod of the index as the drain sees it; None for a pod the drain leaves alone: one a
     DaemonSet owns (it would come back at once; `kubectl drain --ignore-daemonsets`)."""
@@ -244,8 +285,4 @@ def label_selector(match_labels: Mapping[str, str]) -> str:
 def nvidia_plugin_workload(view: WorkloadView, match: NvidiaDevicePluginMatch) -> bool:
     """Whether a DaemonSet runs NVIDIA's device plugin (its pods are what the rule
     `nvidia-device-plugin-conflict` recognises by the same labels and images)."""
-    by_label = any(
-        sel and all(view.pod_labels.get(k) == v for k, v in sel.items()) for sel in match.pod_labels
-    )
-    images = [c.image for c in view.containers]
-    return by_label or any(sub in img for img in images for sub in match.image_substrings)
+    return match.recognises(view.pod_labels, [c.image for c in view.containers])

@@ -262,13 +262,8 @@ def check_nvidia_plugin(s: ClusterSnapshot) -> Iterator[Issue]:
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in vgpu or pod_done(pod) or (s.plugin and s.plugin.selects(pod)):
             continue
-        pod_labels = labels_of(pod)
         images = [c.get("image", "") for c in (pod.get("spec") or {}).get("containers") or []]
-        by_label = any(
-            sel and all(pod_labels.get(k) == v for k, v in sel.items()) for sel in match.pod_labels
-        )
-        by_image = any(sub in img for img in images for sub in match.image_substrings)
-        if by_label or by_image:
+        if match.recognises(labels_of(pod), images):
             yield error(
                 (ObjectRef.of("Pod", pod), ObjectRef(kind="Node", name=str(node))),
                 f"NVIDIA's device plugin pod {meta(pod).get('name')} runs on vGPU node {node}: "

@@ -120,8 +120,9 @@ def reached(
     workload: WorkloadView, nodes: Iterable[Obj], pods: Iterable[Mapping[str, Any]]
 ) -> list[Obj]:
     """The `nodes` the DaemonSet places a pod on now, or holds a live pod on among `pods` (a
-    NoSchedule taint set later keeps new pods off but evicts none). `doctor` lists every pod; the
-    controller lists only its components' (so for another DaemonSet it sees the placement)."""
+    NoSchedule taint set later keeps new pods off but evicts none). `doctor` lists every DaemonSet's
+    pods (`core.rollout.gpu_pods.snapshot_pod`); the controller lists only its components' (so
+    for another DaemonSet it sees the placement)."""
     running = {
         str((p.get("spec") or {}).get("nodeName"))
         for p in pods

@@ -16,8 +16,10 @@ from vgpu_operator.core.rollout.gpu_pods import (
     label_selector,
     nvidia_plugin_workload,
     plugin_config_names,
+    plugin_names_in,
     pod_key,
     snapshot_gpu_resources,
+    snapshot_pod,
 )
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot
 from vgpu_operator.models.config import NvidiaDevicePluginMatch, OperatorConfig, load_config
@@ -277,3 +279,37 @@ def test_the_configured_dra_drivers_decide_which_claims_count() -> None:
     assert holds_gpu(kept, DEFAULTS, nvidia) and not holds_gpu(kept, resources, nvidia)
     assert holds_gpu(kept, resources, {"ns/p-gpu": frozenset({"gpu.example.com"})})
     assert holds_gpu(kept, resources)  # the index keeps it: no claims at hand
+
+
+def test_a_snapshot_keeps_the_pods_the_rules_read_and_drops_the_rest() -> None:
+    config = OperatorConfig()
+    keep = snapshot_pod(config, DEFAULTS)
+    plain = pod({"cpu": "1"})
+    assert keep(plain) is None  # a CPU pod: no rule reads it
+    assert keep(pod({"nvidia.com/mig-1g.10gb": "1"})) == compact_pod(
+        pod({"nvidia.com/mig-1g.10gb": "1"})
+    )
+    claim = {**plain, "spec": {**plain["spec"], "resourceClaims": [{"name": "gpu"}]}}
+    assert keep(claim) is not None  # any claim: which driver allocated it is decided later
+    owned = {"name": "p", "namespace": "ns", "ownerReferences": [{"kind": "DaemonSet"}]}
+    assert keep({**plain, "metadata": owned}) is not None  # a plugin is known by its DaemonSet
+    scheduler = {"name": "s", "namespace": config.scheduler.deployment.namespace}
+    assert keep({**plain, "metadata": scheduler}) is not None  # the scheduler's pods
+    labelled = {"name": "n", "namespace": "ns", "labels": {"app": "nvidia-device-plugin-daemonset"}}
+    assert keep({**plain, "metadata": labelled}) is not None  # NVIDIA's plugin by its labels
+    image = {"containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]}
+    assert keep({**plain, "spec": image}) is not None  # or its image, wherever it runs
+
+
+def test_a_snapshots_gpu_names_are_those_of_the_configmaps_as_read() -> None:
+    config = load_config(
+        "nvidiaDevicePluginConfig: {namespace: gpu-operator, name: time-slicing-config}"
+    )
+    configmaps = [plugin_configmap(any=SHARED_CONFIG)]
+    s = ClusterSnapshot(config=config, configmaps=configmaps)
+    assert plugin_names_in(config, configmaps) == plugin_config_names(s)
+    assert plugin_names_in(config, []).problems == ("the ConfigMap is not there",)
+    renamed = pod({"acme.com/accel": "1"})
+    resources = gpu_resources(config, ["acme.com/accel"])
+    assert snapshot_pod(config, resources)(renamed) is not None
+    assert snapshot_pod(config, DEFAULTS)(renamed) is None
