@@ -281,6 +281,12 @@ class LocalCluster:
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
+            # Never rotated: readers take events after a byte offset of this one file. Unset
+            # (0), the apiserver's log writer takes lumberjack's default of 100 MB
+            # (gopkg.in/natefinch/lumberjack.v2 lumberjack.go `MaxSize`) and moves the file
+            # aside as audit-<time>.log: bench/scale.py at 10,000 nodes passed that within one
+            # convergence run and counted none of the writes after it.
+            "--audit-log-maxsize=1000000",
             # On SIGTERM, end open watches within 2 s: unset, the apiserver stopped listening at
             # once but its process outlived the 20 s STOP_GRACE (measured here), which made
             # `restart_apiserver` and the teardown slow.
