@@ -231,11 +231,16 @@ def snapshot_pod(
     holding GPU resources or a ResourceClaim (as the controller's pod index keeps them), a
     DaemonSet's pods (the device plugins and DRA kubelet plugins, recognised by their
     DaemonSet: `core.volcano.placement.reached`, `core.dra.prerequisites`), the pods of the
-    scheduler's namespace (its Deployment's, `pods_of`) and NVIDIA's device plugin's wherever it
-    runs (`nvidia-device-plugin-conflict`). The rest, nine in ten of bench/doctor_scale.py's
-    50,000 pods, cost `doctor` their compaction, their pickling to the rules' worker and every
-    rule's loop over them, for no finding."""
-    namespace = config.scheduler.deployment.namespace
+    namespaces of the scheduler and the configured plugins (their workloads' `pods_of`) and
+    NVIDIA's device plugin's wherever it runs (`nvidia-device-plugin-conflict`). The rest,
+    nine in ten of bench/doctor_scale.py's 50,000 pods, cost `doctor` their compaction, their
+    pickling to the rules' worker and every rule's loop over them, for no finding."""
+    namespaces = {
+        config.scheduler.deployment.namespace,
+        config.device_plugin.namespace,
+        config.ascend_device_plugin.namespace,
+        *([config.dra.kubelet_plugin_daemon_set.namespace] if config.dra is not None else []),
+    }
     match = config.nvidia_device_plugin
 
     def parse(pod: Mapping[str, Any]) -> Obj | None:
@@ -243,7 +248,7 @@ def snapshot_pod(
         containers = (pod.get("spec") or {}).get("containers") or []
         if (
             holds_gpu(pod, resources)
-            or meta.get("namespace") == namespace
+            or meta.get("namespace") in namespaces
             or any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
             or match.recognises(meta.get("labels") or {}, [c.get("image", "") for c in containers])
         ):

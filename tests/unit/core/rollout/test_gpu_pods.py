@@ -295,6 +295,8 @@ def test_a_snapshot_keeps_the_pods_the_rules_read_and_drops_the_rest() -> None:
     assert keep({**plain, "metadata": owned}) is not None  # a plugin is known by its DaemonSet
     scheduler = {"name": "s", "namespace": config.scheduler.deployment.namespace}
     assert keep({**plain, "metadata": scheduler}) is not None  # the scheduler's pods
+    plugin = {"name": "d", "namespace": config.device_plugin.namespace}
+    assert keep({**plain, "metadata": plugin}) is not None  # the configured plugin's namespace
     labelled = {"name": "n", "namespace": "ns", "labels": {"app": "nvidia-device-plugin-daemonset"}}
     assert keep({**plain, "metadata": labelled}) is not None  # NVIDIA's plugin by its labels
     image = {"containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}]}
