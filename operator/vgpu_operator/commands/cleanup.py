@@ -38,7 +38,6 @@ from vgpu_operator.commands.cleanup_operator import (
     daemonset_path,
     name_of,
 )
-from vgpu_operator.controller.snapshot import plugin_refs
 from vgpu_operator.core.cleanup import (
     Change,
     finalizer_release,
@@ -52,7 +51,7 @@ from vgpu_operator.core.cleanup_nodes import (
     retained_policies,
     retaining_node,
 )
-from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds_gpu
+from vgpu_operator.core.rollout.gpu_pods import gpu_pod_of, gpu_resources, holds_gpu, plugin_refs
 from vgpu_operator.kubeapi.credentials import CredentialsError, add_connection_arguments, resolve
 from vgpu_operator.models.config import ConfigError, OperatorConfig, load_config
 

@@ -34,6 +34,7 @@ from vgpu_operator.core.rollout.gpu_pods import (
     label_selector,
     nvidia_plugin_workload,
     plugin_names_in,
+    plugin_refs,
     pod_key,
     snapshot_pod,
 )
@@ -245,16 +246,6 @@ async def read_configmaps(api: client.ApiClient, config: OperatorConfig) -> list
         if cm is not None:
             by_ref[extra] = cm
     return [_with_kind(cm, "ConfigMap", "v1") for cm in by_ref.values()]
-
-
-def plugin_refs(config: OperatorConfig) -> list[tuple[str, str]]:
-    """The DaemonSets the operator configures (and may write): HAMi's plugins, and the DRA
-    driver's kubelet plugin when the config has a `dra` section."""
-    refs = [(r.namespace, r.name) for r in (config.device_plugin, config.ascend_device_plugin)]
-    if config.dra is not None:
-        dra = config.dra.kubelet_plugin_daemon_set
-        refs.append((dra.namespace, dra.name))
-    return list(dict.fromkeys(refs))
 
 
 async def read_workloads(

@@ -29,7 +29,6 @@ from vgpu_operator.controller.cache import ClusterCache, ConfigurationState
 from vgpu_operator.controller.rules_worker import run_rules  # in a worker, at a deadline
 from vgpu_operator.controller.snapshot import (
     configmap_refs,
-    plugin_refs,
     read_only_configmap_refs,
     read_snapshot,
 )
@@ -47,6 +46,7 @@ from vgpu_operator.core.findings import (
     finding_key,
     still_found,
 )
+from vgpu_operator.core.rollout.gpu_pods import plugin_refs
 from vgpu_operator.core.volcano import restarts as planner
 from vgpu_operator.core.volcano.snapshot import ClusterSnapshot, meta
 from vgpu_operator.models.config import OperatorConfig

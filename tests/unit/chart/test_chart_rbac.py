@@ -15,10 +15,10 @@ import pytest
 
 from vgpu_devcluster.install import render_chart
 from vgpu_operator.controller.snapshot import (
-    plugin_refs,
     read_only_configmap_refs,
     watched_objects,
 )
+from vgpu_operator.core.rollout.gpu_pods import plugin_refs
 from vgpu_operator.models.config import load_config
 
 

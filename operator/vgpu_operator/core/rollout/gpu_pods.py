@@ -223,6 +223,16 @@ def gpu_pod(resources: GpuResources) -> Callable[[Mapping[str, Any]], Obj | None
     return parse
 
 
+def plugin_refs(config: OperatorConfig) -> list[tuple[str, str]]:
+    """The DaemonSets the operator configures (and may write): HAMi's plugins, and the DRA
+    driver's kubelet plugin when the config has a `dra` section."""
+    refs = [(r.namespace, r.name) for r in (config.device_plugin, config.ascend_device_plugin)]
+    if config.dra is not None:
+        dra = config.dra.kubelet_plugin_daemon_set
+        refs.append((dra.namespace, dra.name))
+    return list(dict.fromkeys(refs))
+
+
 def snapshot_pod(
     config: OperatorConfig, resources: GpuResources
 ) -> Callable[[Mapping[str, Any]], Obj | None]:
@@ -235,12 +245,7 @@ def snapshot_pod(
     NVIDIA's device plugin's wherever it runs (`nvidia-device-plugin-conflict`). The rest,
     nine in ten of bench/doctor_scale.py's 50,000 pods, cost `doctor` their compaction, their
     pickling to the rules' worker and every rule's loop over them, for no finding."""
-    namespaces = {
-        config.scheduler.deployment.namespace,
-        config.device_plugin.namespace,
-        config.ascend_device_plugin.namespace,
-        *([config.dra.kubelet_plugin_daemon_set.namespace] if config.dra is not None else []),
-    }
+    namespaces = {config.scheduler.deployment.namespace, *(ns for ns, _ in plugin_refs(config))}
     match = config.nvidia_device_plugin
 
     def parse(pod: Mapping[str, Any]) -> Obj | None:
