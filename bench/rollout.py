@@ -274,13 +274,19 @@ async def floor_side(b: Bench, t: Transition, rec: Recorded) -> Side:
         )
 
 
-async def measure(b: Bench, keys: list[str]) -> list[tuple[Transition, Side, Side]]:
+async def measure(
+    b: Bench, keys: list[str], done: Callable[[str], None] | None = None
+) -> list[tuple[Transition, Side, Side]]:
+    """Each transition's operator side, then its floor; `done` is given each transition's rows
+    as it ends, so a run stopped early keeps the transitions it finished."""
     results = []
     for key in keys:
         t = TRANSITIONS[key]
         op, rec = await operator_side(b, t)
         floor = await floor_side(b, t, rec)
         results.append((t, op, floor))
+        if done is not None:
+            done(table(results[-1:]))
     return results
 
 
@@ -380,7 +386,9 @@ async def main(args: argparse.Namespace) -> None:
             )
             head = await heading(b)
             print(head, flush=True)
-            results = await measure(b, args.transitions.split(","))
+            results = await measure(
+                b, args.transitions.split(","), lambda rows: log(f"transition done:\n{rows}")
+            )
             print(table(results), flush=True)
 
 
