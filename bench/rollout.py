@@ -61,7 +61,7 @@ from rollout_group import (
     place_pods,
     wait_configured,
 )
-from rollout_table import Side, table
+from rollout_table import Side, side_table, table
 from rollout_transitions import MAX_UNAVAILABLE, TRANSITIONS, Transition, change, policy_body
 from rollout_watch import GroupWatch, RunStats
 from vgpu_devcluster.cluster import LocalCluster
@@ -277,12 +277,15 @@ async def floor_side(b: Bench, t: Transition, rec: Recorded) -> Side:
 async def measure(
     b: Bench, keys: list[str], done: Callable[[str], None] | None = None
 ) -> list[tuple[Transition, Side, Side]]:
-    """Each transition's operator side, then its floor; `done` is given each transition's rows
-    as it ends, so a run stopped early keeps the transitions it finished."""
+    """Each transition's operator side, then its floor; `done` is given the operator's row as
+    its side ends and the transition's rows as the floor's ends, so a run stopped early, or
+    whose floor fails, keeps what it measured."""
     results = []
     for key in keys:
         t = TRANSITIONS[key]
         op, rec = await operator_side(b, t)
+        if done is not None:
+            done(side_table(key, op))
         floor = await floor_side(b, t, rec)
         results.append((t, op, floor))
         if done is not None:
@@ -387,7 +390,7 @@ async def main(args: argparse.Namespace) -> None:
             head = await heading(b)
             print(head, flush=True)
             results = await measure(
-                b, args.transitions.split(","), lambda rows: log(f"transition done:\n{rows}")
+                b, args.transitions.split(","), lambda rows: log(f"measured:\n{rows}")
             )
             print(table(results), flush=True)
 

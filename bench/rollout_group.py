@@ -133,30 +133,46 @@ async def delete_group(api: Any, group: Group) -> None:
     await delete_nodes(api, set(group.nodes))
 
 
-def configured_as(obj: dict[str, Any], mode: str) -> bool:
-    """The node has a released configuration of `mode`, its agent reports `success` with that
-    configuration's hardware applied, and no transition is under way on it."""
+def not_configured_as(obj: dict[str, Any], mode: str) -> str:
+    """Why the node is not yet `configured_as` `mode` (empty when it is)."""
     meta = obj["metadata"]
     annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
     config = NodeConfig.from_annotation(annotations.get(contract.ANN_CONFIG))
-    return (
-        config is not None
-        and config.mode == mode
-        and labels.get(contract.LABEL_STATE) == "success"
-        and hardware_applied(node_facts(obj), config)
-        and contract.ANN_ROLLOUT not in annotations
-        and not (obj.get("spec") or {}).get("unschedulable")
-    )
+    if config is None or config.mode != mode:
+        return f"configuration {config.mode if config else None}"
+    if labels.get(contract.LABEL_STATE) != "success":
+        return f"agent state {labels.get(contract.LABEL_STATE)}"
+    if not hardware_applied(node_facts(obj), config):
+        return "hardware not applied"
+    if contract.ANN_ROLLOUT in annotations:
+        return "a transition under way"
+    if (obj.get("spec") or {}).get("unschedulable"):
+        return "cordoned"
+    return ""
+
+
+def configured_as(obj: dict[str, Any], mode: str) -> bool:
+    """The node has a released configuration of `mode`, its agent reports `success` with that
+    configuration's hardware applied, and no transition is under way on it."""
+    return not not_configured_as(obj, mode)
 
 
 async def wait_configured(api: Any, group: Group, mode: str, progress: Progress) -> None:
-    """Until every node of the group is `configured_as` `mode`."""
+    """Until every node of the group is `configured_as` `mode`; the progress names up to three
+    nodes that are not, and why (what a timeout prints)."""
     while True:
         listing = await kubeapi.request(
             api, "GET", kubeapi.node_path(), query={"labelSelector": group.selector}
         )
-        done = sum(1 for obj in listing.get("items") or [] if configured_as(obj, mode))
-        progress(f"nodes configured as {mode} and reported by their agents: {done}/{group.size}")
+        items = listing.get("items") or []
+        why = {o["metadata"]["name"]: not_configured_as(o, mode) for o in items}
+        missing = sorted(n for n, w in why.items() if w)
+        done = len(items) - len(missing)
+        shown = "; ".join(f"{n}: {why[n]}" for n in missing[:3])
+        progress(
+            f"nodes configured as {mode} and reported by their agents: {done}/{group.size}"
+            + (f" (not yet: {shown})" if shown else "")
+        )
         if done >= group.size:
             return
         await asyncio.sleep(group.poll_seconds)
