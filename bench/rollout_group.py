@@ -134,7 +134,9 @@ async def delete_group(api: Any, group: Group) -> None:
 
 
 def not_configured_as(obj: dict[str, Any], mode: str) -> str:
-    """Why the node is not yet `configured_as` `mode` (empty when it is)."""
+    """Why the node is not yet configured as `mode` (empty when it is): a released
+    configuration of `mode`, its agent reporting `success` with that configuration's hardware
+    applied, and no transition under way on it."""
     meta = obj["metadata"]
     annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
     config = NodeConfig.from_annotation(annotations.get(contract.ANN_CONFIG))
@@ -151,14 +153,8 @@ def not_configured_as(obj: dict[str, Any], mode: str) -> str:
     return ""
 
 
-def configured_as(obj: dict[str, Any], mode: str) -> bool:
-    """The node has a released configuration of `mode`, its agent reports `success` with that
-    configuration's hardware applied, and no transition is under way on it."""
-    return not not_configured_as(obj, mode)
-
-
 async def wait_configured(api: Any, group: Group, mode: str, progress: Progress) -> None:
-    """Until every node of the group is `configured_as` `mode`; the progress names up to three
+    """Until every node of the group is configured as `mode`; the progress names up to three
     nodes that are not, and why (what a timeout prints)."""
     while True:
         listing = await kubeapi.request(

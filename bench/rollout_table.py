@@ -95,16 +95,19 @@ def ratio_row(key: str, op: Side, floor: Side) -> list[str]:
     return cells
 
 
+def _header() -> list[str]:
+    return [_line([name for name, _ in COLUMNS]), _line([align for _, align in COLUMNS])]
+
+
 def side_table(key: str, side: Side) -> str:
     """One side's row under the header: the operator's, logged before its floor runs."""
-    header = [_line([name for name, _ in COLUMNS]), _line([align for _, align in COLUMNS])]
-    return "\n".join([*header, _line(row(key, side))])
+    return "\n".join([*_header(), _line(row(key, side))])
 
 
 def table(results: Sequence[tuple[Any, Side, Side]]) -> str:
     """A Markdown table of `results` ((transition, operator side, floor side) each), then each
     transition's title."""
-    lines = [_line([name for name, _ in COLUMNS]), _line([align for _, align in COLUMNS])]
+    lines = _header()
     for t, op, floor in results:
         lines += [_line(row(t.key, op)), _line(row(t.key, floor))]
         lines.append(_line(ratio_row(t.key, op, floor)))
