@@ -105,21 +105,34 @@ async def place_pods(api: Any, group: Group, resource: str, progress: Progress) 
 
     await asyncio.gather(*(create(n) for n in group.nodes))
     while True:
-        listing = await kubeapi.request(
-            api,
-            "GET",
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
-            query={"labelSelector": group.selector},
-        )
-        running = sum(
-            1
-            for p in listing.get("items") or []
-            if (p.get("status") or {}).get("phase") == "Running"
-        )
+        pods = await list_group(api, f"/api/v1/namespaces/{NAMESPACE}/pods", group, progress)
+        running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
         progress(f"kwok to run the group's GPU pods: {running}/{group.size} Running")
         if running >= group.size:
             return
         await asyncio.sleep(group.poll_seconds)
+
+
+LIST_SECONDS = 120.0  # one list of a group: 1,000 nodes on two saturated cores took over 30 s
+
+
+async def list_group(
+    api: Any, path: str, group: Group, progress: Progress | None = None
+) -> list[dict[str, Any]]:
+    """The group's objects at `path`, listed again when the list times out: a run at 1,000
+    nodes saturates both cores while its agents start (their fake nvidia-smi calls are Python
+    processes) and one list of the nodes took longer than a client's 30 s, which ended the run
+    (2026-11-26). The caller's phase keeps its own deadline."""
+    while True:
+        try:
+            listing = await kubeapi.request(
+                api, "GET", path, query={"labelSelector": group.selector}, timeout=LIST_SECONDS
+            )
+            return list(listing.get("items") or [])
+        except kubeapi.Unreachable as exc:
+            if progress is not None:
+                progress(f"listing {path} again after {exc}")
+            await asyncio.sleep(group.poll_seconds)
 
 
 async def delete_group(api: Any, group: Group) -> None:
@@ -157,10 +170,7 @@ async def wait_configured(api: Any, group: Group, mode: str, progress: Progress)
     """Until every node of the group is configured as `mode`; the progress names up to three
     nodes that are not, and why (what a timeout prints)."""
     while True:
-        listing = await kubeapi.request(
-            api, "GET", kubeapi.node_path(), query={"labelSelector": group.selector}
-        )
-        items = listing.get("items") or []
+        items = await list_group(api, kubeapi.node_path(), group, progress)
         why = {o["metadata"]["name"]: not_configured_as(o, mode) for o in items}
         missing = sorted(n for n, w in why.items() if w)
         done = len(items) - len(missing)
@@ -175,7 +185,5 @@ async def wait_configured(api: Any, group: Group, mode: str, progress: Progress)
 
 
 async def node_uids(api: Any, group: Group) -> dict[str, str]:
-    listing = await kubeapi.request(
-        api, "GET", kubeapi.node_path(), query={"labelSelector": group.selector}
-    )
-    return {o["metadata"]["name"]: o["metadata"]["uid"] for o in listing.get("items") or []}
+    items = await list_group(api, kubeapi.node_path(), group)
+    return {o["metadata"]["name"]: o["metadata"]["uid"] for o in items}
