@@ -25,8 +25,17 @@ from benchkit import own_and_reaped_cpu
 from vgpu_devcluster.agentproc import AgentProcess, FakeGpus, stop_all
 from vgpu_devcluster.agentswarm import AgentSwarm, SwarmProcess
 from vgpu_devcluster.fakesmi_latency import ENV_LATENCY, SmiLatency
+from vgpu_operator.agent.loop import AgentOptions
 
 Way = Literal["processes", "swarm", "inline"]
+
+# A swarm's agents resync once a day, not every 300 s (agent.loop `AgentOptions.resync`: an
+# unprompted re-apply, for a node whose GPUs were reset under it; nothing in a run does that).
+# Each resync queries the fake nvidia-smi, a Python process per call: in the first run at 1,000
+# nodes (2026-11-26) the agents' resyncs kept the fake at 1.6 CPU s a second, with or without a
+# transition under way, and both cores saturated (a load of 18 to 20) for the control plane,
+# the operator and the floor alike; on a fleet each node's resync runs on that node's own CPU.
+SWARM_RESYNC = 86400.0
 
 
 def children_cpu() -> float:
@@ -72,6 +81,7 @@ class Agents:
                 model=self.model,
                 gpus=self.gpus,
                 mig=self.mig,
+                options=AgentOptions(resync=SWARM_RESYNC),
             )
             await self.swarm.__aenter__()
         elif self.way == "swarm":
@@ -84,6 +94,7 @@ class Agents:
                 model=self.model,
                 gpus=self.gpus,
                 mig=self.mig,
+                resync=SWARM_RESYNC,
             )
             try:
                 await self.swarm_proc.wait_ready()

@@ -23,7 +23,8 @@ In a benchmark's process:
 As a process of its own (so a benchmark can measure it apart), until SIGTERM or SIGINT:
 
     python -m vgpu_devcluster.agentswarm --kubeconfig F --workdir D [--smi-latency TEXT]
-        [--model M] [--gpus N] [--mig] [-v] NODE... | @FILE (one node name a line)
+        [--model M] [--gpus N] [--mig] [--max-calls N] [--resync S] [-v]
+        NODE... | @FILE (one node name a line)
 
 It prints `ready <n>` on stdout once every agent runs, and exits 0 after they have stopped.
 `SwarmProcess` starts it so from a benchmark's process (bench/idle.py, bench/rollout_agents.py).
@@ -206,6 +207,7 @@ class SwarmProcess:
         model: str = "A100-SXM4-80GB",
         gpus: int = 8,
         mig: bool = False,
+        resync: float | None = None,
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         listing = workdir / "nodes.txt"
@@ -215,6 +217,8 @@ class SwarmProcess:
         argv += [f"--model={model}", f"--gpus={gpus}", *(["--mig"] if mig else [])]
         if smi_latency is not None:
             argv.append(f"--smi-latency={smi_latency.text()}")
+        if resync is not None:
+            argv.append(f"--resync={resync}")
         self.logfile = logfile
         self._log = logfile.open("ab")
         self.proc = subprocess.Popen(
@@ -279,6 +283,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node (new fake GPUs)")
     parser.add_argument("--mig", action="store_true", help="new fake GPUs start with MIG on")
     parser.add_argument("--max-calls", type=int, default=MAX_CALLS, help="fake calls at once")
+    parser.add_argument(
+        "--resync",
+        type=float,
+        default=AgentOptions().resync,
+        help="seconds between each agent's unprompted actions (default: the agent's)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="the agents' INFO logs")
     parser.add_argument("nodes", nargs="+", metavar="NODE")
     return parser.parse_args(list(argv))
@@ -298,6 +308,7 @@ async def serve(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         mig=args.mig,
         max_calls=args.max_calls,
+        options=AgentOptions(resync=args.resync),
     )
     async with swarm:
         print(f"ready {len(swarm.agents)}", flush=True)
