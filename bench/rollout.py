@@ -45,9 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from benchkit import CONCURRENCY, CpuWindow, bench_cluster, log, machine, phase, run
 from convergence import OperatorProcess, cpu_seconds, idle, quiet_machine, tree_cpu_seconds
 from importkit import commit, versions
+from operator_pace import pace
 from rollout_agents import Agents, Way, export_latency
 from rollout_floor import for_floor, recorded, replay, taken
 from rollout_group import (
@@ -64,7 +67,7 @@ from rollout_group import (
 from rollout_table import Side, side_table, table
 from rollout_transitions import MAX_UNAVAILABLE, TRANSITIONS, Transition, change, policy_body
 from rollout_watch import GroupWatch, RunStats
-from vgpu_devcluster.cluster import LocalCluster
+from vgpu_devcluster.cluster import LocalCluster, free_port
 from vgpu_devcluster.fakesmi_latency import REALISTIC, SmiLatency
 from vgpu_devcluster.install import (
     OPERATOR_NAMESPACE,
@@ -163,7 +166,9 @@ async def policy_gone(api: Any, name: str, progress: Callable[[str], None]) -> N
 async def operator_side(b: Bench, t: Transition) -> tuple[Side, Recorded]:
     group, name = Group(f"{t.key}-op", b.n, b.gpus), f"bench-{t.key}"
     # The operator loads while its group is made (set-up: the clock starts once it is idle).
-    operator = OperatorProcess(b.operator_kubeconfig, b.cluster.workdir / "bench-operator.log")
+    port = free_port()  # its metrics: the passes' durations (operator_pace)
+    logfile = b.cluster.workdir / "bench-operator.log"
+    operator = OperatorProcess(b.operator_kubeconfig, logfile, ("--metrics-port", str(port)))
     agents = b.agents(group, t)
     try:
         await phase(
@@ -192,15 +197,16 @@ async def operator_side(b: Bench, t: Transition) -> tuple[Side, Recorded]:
         if b.quiet:
             await quiet_machine(b.n)
         watch = GroupWatch(b.api, group.selector, NAMESPACE, group.nodes)
-        async with watch.running():
+        async with watch.running(), aiohttp.ClientSession() as session:
             offset = b.cluster.audit_offset()
-            cpu = cpu_window(b, agents, pid)
+            cpu, before = cpu_window(b, agents, pid), await pace(session, port, pid)
             watch.begin()
             await change(b.api, name, t)
             seconds = await phase(
                 f"{t.key}: the operator over {b.n} nodes", b.run_deadline(), watch.until_ended
             )
             used = cpu.done()
+            log(f"{t.key}: the operator: {(await pace(session, port, pid) - before).text()}")
         await asyncio.sleep(2)  # the last Events (posted without waiting) reach the log
         writes, others = recorded(b.cluster, OPERATOR_USER, offset, set(group.nodes))
         log(f"{t.key}: the operator's writes not replayed by the floor: {dict(others) or 'none'}")
