@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
-HISTOGRAM = "vgpu_operator_reconcile_duration_seconds"
+from vgpu_operator.controller.metrics import RECONCILE_SECONDS
+
+HISTOGRAM = next(iter(RECONCILE_SECONDS.describe())).name  # the operator's own name, not a copy
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,12 @@ class Pace:
 
 def histogram(text: str, name: str = HISTOGRAM) -> tuple[float, float]:
     """(count, sum) of a Prometheus histogram in the text exposition format."""
-    values = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key in (f"{name}_count", f"{name}_sum"):
-            values[key] = float(value)
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == name
+        for sample in family.samples
+    }
     return values.get(f"{name}_count", 0.0), values.get(f"{name}_sum", 0.0)
 
 
