@@ -7,31 +7,19 @@ import set (its own client, server and metrics are the standard library's, kubea
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "agent_cost.py"
+from tests.kit.benchrun import bench_stdout
 
 
 def test_agent_cost_runs_at_a_tiny_size() -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--idle=1",
-            "--settle=0.5",
-            "--repeat=1",
-            "--gpus=1",
-            "--jobs=2",
-        ],
-        capture_output=True,
-        text=True,
+    table = bench_stdout(
+        "agent_cost.py",
+        "--idle=1",
+        "--settle=0.5",
+        "--repeat=1",
+        "--gpus=1",
+        "--jobs=2",
         timeout=90,
-        check=False,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    table = out.stdout
     assert "Machine:" in table and "Versions: Python" in table and "commit" in table
     rows = {
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]

@@ -7,25 +7,14 @@ the mode change, where the modelled mig-parted clears every instance of the GPUs
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "mig_disruption.py"
+from tests.kit.benchrun import bench_stdout
 
 
 def test_mig_disruption_runs_at_a_tiny_size() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--gpus=2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("MIG disruption, 2 x A100-SXM4-80GB"), out.stdout
-    assert lines[-1].startswith("* mig-parted is MODELLED"), out.stdout
+    stdout = bench_stdout("mig_disruption.py", "--gpus=2")
+    lines = stdout.splitlines()
+    assert lines[0].startswith("MIG disruption, 2 x A100-SXM4-80GB"), stdout
+    assert lines[-1].startswith("* mig-parted is MODELLED"), stdout
     cells: dict[tuple[str, str], tuple[int, int, str]] = {}
     scenario = ""
     for line in lines[2:-1]:

@@ -5,27 +5,16 @@ times themselves are not checked."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "pass_cost.py"
+from tests.kit.benchrun import bench_stdout
 
 
 def test_pass_cost_runs_at_a_tiny_size() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--repeat=3", "20"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    assert "The core's pass at 20 nodes, 2 in transition; median of 3" in lines, out.stdout
+    stdout = bench_stdout("pass_cost.py", "--repeat=3", "20")
+    lines = stdout.splitlines()
+    assert "The core's pass at 20 nodes, 2 in transition; median of 3" in lines, stdout
     rows = {}
     for line in lines[lines.index("|---|---:|---:|") + 1 :]:
         part, per_pass, per_node = (cell.strip() for cell in line.strip("|").split("|"))
         rows[part] = (float(per_pass), float(per_node))
-    assert list(rows) == ["facts", "decide_cluster", "the core's whole pass"], out.stdout
-    assert all(per_pass > 0 for per_pass, _ in rows.values()), out.stdout
+    assert list(rows) == ["facts", "decide_cluster", "the core's whole pass"], stdout
+    assert all(per_pass > 0 for per_pass, _ in rows.values()), stdout

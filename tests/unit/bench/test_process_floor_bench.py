@@ -7,11 +7,7 @@ holds Kopf."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "process_floor.py"
+from tests.kit.benchrun import bench_stdout
 
 
 def cells(table: str) -> dict[str, list[str]]:
@@ -23,15 +19,7 @@ def cells(table: str) -> dict[str, list[str]]:
 
 
 def test_process_floor_runs_at_a_tiny_size() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--repeat=1", "--nodes=20", "--jobs=2"],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    table = out.stdout
+    table = bench_stdout("process_floor.py", "--repeat=1", "--nodes=20", "--jobs=2", timeout=150)
     assert "Machine:" in table and "Versions: Python" in table and "commit" in table
     rows = cells(table)
     bare = float(rows["nothing (the bare interpreter)"][0])
