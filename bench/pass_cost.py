@@ -1,10 +1,10 @@
 """What the functional core's part of one rollout pass costs at N nodes, in CPU seconds: each
 Node's facts read (`core.nodes.facts.node_facts`), the rollout's decision over the pool
-(`core.rollout.decide.decide_cluster`) and the node plans with the leaves (`core.rollout.leave
-.plan_with_leaves`), as the controller's pass calls them. No I/O: the world is the rollout's unit
-tests' (`tests/kit/rollout_world.py`), a pool of N nodes with an agent each and one GPU pod a
-node, moved from `hami-core` to dynamic `mig` under `maxUnavailable: 10%` until the first wave
-is in transition (the pass a rollout repeats most).
+(`core.rollout.decide.decide_cluster`) and the node plans with the leaves
+(`core.rollout.leave.plan_with_leaves`), as the controller's pass calls them. No I/O: the world
+is the rollout's unit tests' (`tests/kit/rollout_world.py`), a pool of N nodes with an agent
+each and one GPU pod a node, moved from `hami-core` to dynamic `mig` under `maxUnavailable:
+10%` until the first wave is in transition (the pass a rollout repeats most).
 
 bench/rollout.py logs the operator's whole passes at the same size (`bench/operator_pace.py`:
 their mean wall time, its event loop's CPU); this benchmark splits off the core's part, which a
