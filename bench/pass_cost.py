@@ -1,10 +1,13 @@
-"""What the functional core's part of one rollout pass costs at N nodes, in CPU seconds: each
-Node's facts read (`core.nodes.facts.node_facts`), the rollout's decision over the pool
-(`core.rollout.decide.decide_cluster`) and the node plans with the leaves
-(`core.rollout.leave.plan_with_leaves`), as the controller's pass calls them. No I/O: the world
-is the rollout's unit tests' (`tests/kit/rollout_world.py`), a pool of N nodes with an agent
-each and one GPU pod a node, moved from `hami-core` to dynamic `mig` under `maxUnavailable:
-10%` until the first wave is in transition (the pass a rollout repeats most).
+"""What the functional core's part of one rollout pass costs at N nodes, in CPU seconds, as the
+controller's pass (`controller/reconciler.py`) calls it on the Nodes' facts its cache holds: the
+rollout's decision over the pool (`core.rollout.decide.decide_cluster`), the node plans with the
+leaves (`core.rollout.leave.plan_with_leaves`), and, in a pass that wrote, the plan of every node
+again for the status, the Events and the gauges (`core.nodes.planner.plan_cluster`). Each
+Node's facts (`core.nodes.facts.node_facts`) are read once per Node event by the cache, not per
+pass: a row of their own. Left out: the policies' refusals (per policy, not per node). No I/O:
+the world is the rollout's unit tests' (`tests/kit/rollout_world.py`), a pool of N nodes with an
+agent each and one GPU pod a node, moved from `hami-core` to dynamic `mig` under
+`maxUnavailable: 10%` until the first wave is in transition (the pass a rollout repeats most).
 
 bench/rollout.py logs the operator's whole passes at the same size (`bench/operator_pace.py`:
 their mean wall time, its event loop's CPU); this benchmark splits off the core's part, which a
@@ -31,7 +34,8 @@ from importkit import commit, versions
 from tests.kit.nodekit import parsed
 from tests.kit.rollout_world import HAMI, MIG, World, pods, spec
 from vgpu_operator.core.nodes.facts import node_facts
-from vgpu_operator.core.rollout.decide import decide_cluster
+from vgpu_operator.core.nodes.planner import plan_cluster
+from vgpu_operator.core.rollout.decide import RolloutPlan, decide_cluster
 from vgpu_operator.core.rollout.leave import plan_with_leaves
 
 
@@ -53,23 +57,31 @@ def mid_rollout(n: int) -> World:
 def parts(world: World) -> dict[str, Callable[[], object]]:
     policies = parsed(world.policies)
     pods_of = {name: tuple(p) for name, p in world.pods.items()}
-    facts = [node_facts(raw) for raw in world.nodes.values()]
+    facts = [node_facts(raw) for raw in world.nodes.values()]  # the cache's
 
-    def decide() -> object:
+    def decide() -> RolloutPlan:
         return decide_cluster(
             facts, policies, world.now, pods=pods_of, registrations=world.registrations
         )
 
-    def whole() -> object:
-        read = [node_facts(raw) for raw in world.nodes.values()]
-        plan = decide_cluster(
-            read, policies, world.now, pods=pods_of, registrations=world.registrations
-        )
-        return plan_with_leaves(read, policies, steps=plan.steps, held=plan.held)
+    def plans(decision: RolloutPlan) -> object:
+        return plan_with_leaves(facts, policies, steps=decision.steps, held=decision.held)
 
+    def status() -> object:
+        return plan_cluster(facts, policies)
+
+    def whole() -> object:
+        plans(decide())
+        return status()
+
+    decision = decide()
     return {
-        "facts": lambda: [node_facts(raw) for raw in world.nodes.values()],
+        "node_facts (per Node event, not per pass)": lambda: [
+            node_facts(raw) for raw in world.nodes.values()
+        ],
         "decide_cluster": decide,
+        "plan_with_leaves": lambda: plans(decision),
+        "plan_cluster (status, Events, gauges)": status,
         "the core's whole pass": whole,
     }
 

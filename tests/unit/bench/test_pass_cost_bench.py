@@ -16,5 +16,11 @@ def test_pass_cost_runs_at_a_tiny_size() -> None:
     for line in lines[lines.index("|---|---:|---:|") + 1 :]:
         part, per_pass, per_node = (cell.strip() for cell in line.strip("|").split("|"))
         rows[part] = (float(per_pass), float(per_node))
-    assert list(rows) == ["facts", "decide_cluster", "the core's whole pass"], stdout
+    assert list(rows) == [
+        "node_facts (per Node event, not per pass)",
+        "decide_cluster",
+        "plan_with_leaves",
+        "plan_cluster (status, Events, gauges)",
+        "the core's whole pass",
+    ], stdout
     assert all(per_pass > 0 for per_pass, _ in rows.values()), stdout
