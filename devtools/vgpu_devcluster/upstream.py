@@ -238,6 +238,60 @@ async def uninstall(
             )
             if not pods.get("items"):
                 break
+            for pod in pods["items"]:
+                await _release_orphan(api, pod)
             if time.monotonic() > deadline:
-                raise TimeoutError(f"pods {namespace}/{selector} still there after {timeout}s")
+                left = "; ".join([await _pod_state(api, p) for p in pods["items"]])
+                raise TimeoutError(
+                    f"pods {namespace}/{selector} still there after {timeout}s: {left}"
+                )
             await asyncio.sleep(0.3)
+
+
+async def _node_gone(api: client.ApiClient, name: str) -> bool:
+    try:
+        await kubeapi.request(api, "GET", f"/api/v1/nodes/{name}")
+    except kubeapi.NotFound:
+        return True
+    return False
+
+
+async def _release_orphan(api: client.ApiClient, pod: dict[str, Any]) -> None:
+    """Force-delete a pod being deleted whose node is gone: no kubelet (no kwok) will ever
+    finalize it. It happens when the controller manager's informers lag: after an apiserver
+    restart they come back after client-go's reflector backoff, and a DaemonSet created
+    meanwhile got a pod bound to a node deleted 11 s before (measured here; the restart test
+    now waits for them, tests/cluster/test_apiserver_restart.py). The pod GC controller would
+    force-delete it too, but only once its own node informer misses the node and 40 s of
+    quarantine have passed, in a loop of 20 s (kubernetes/kubernetes@v1.35.4:
+    pkg/controller/podgc/gc_controller.go `quarantineTime`, `gcCheckPeriod`)."""
+    node = pod.get("spec", {}).get("nodeName")
+    if not node or "deletionTimestamp" not in pod["metadata"] or not await _node_gone(api, node):
+        return
+    meta = pod["metadata"]
+    with contextlib.suppress(kubeapi.NotFound):
+        await kubeapi.request(
+            api,
+            "DELETE",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            query={"gracePeriodSeconds": "0"},
+        )
+
+
+async def _pod_state(api: client.ApiClient, pod: dict[str, Any]) -> str:
+    """One pod's name, phase, node (gone, or whether kwok manages it) and deletion: what a
+    timeout needs to be read."""
+    meta, spec = pod["metadata"], pod.get("spec", {})
+    where = spec.get("nodeName") or "unbound"
+    if spec.get("nodeName"):
+        try:
+            node = await kubeapi.request(api, "GET", f"/api/v1/nodes/{spec['nodeName']}")
+        except kubeapi.NotFound:
+            where += " (node gone)"
+        else:
+            annotations = node["metadata"].get("annotations") or {}
+            where += f" (kwok: {annotations.get('kwok.x-k8s.io/node', 'no')})"
+    deleting = meta.get("deletionTimestamp", "not deleted")
+    phase = pod.get("status", {}).get("phase", "?")
+    finalizers = meta.get("finalizers") or []
+    return f"{meta['name']} {phase} on {where}, deletion {deleting}, finalizers {finalizers}"

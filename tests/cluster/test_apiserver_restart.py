@@ -28,6 +28,7 @@ from tests.cluster.helpers import (
     patch_spec,
     unique,
 )
+from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import AGENT_USER, OPERATOR_USER
 from vgpu_operator import contract
 from vgpu_operator.controller.runner import OperatorThread
@@ -36,6 +37,7 @@ from vgpu_operator.kubeapi import node_path, request
 __all__ = ["agent_kubeconfig_path", "agents"]  # fixtures
 
 VGPU_LABEL = "volcano.sh/vgpu.enabled"
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
 
 Check = Callable[[dict[str, str]], bool]
 
@@ -53,6 +55,27 @@ async def wait_nodes(api: client.ApiClient, names: list[str], check: Check) -> N
     await eventually(all_match, timeout=30, interval=0.3)
 
 
+async def restart(local: LocalCluster, api: client.ApiClient) -> None:
+    """Restart the apiserver and return once the controller manager's shared Node informer
+    watches again: its TTL controller annotates a probe node
+    (kubernetes/kubernetes@v1.35.4:pkg/controller/ttl/ttl_controller.go). Until then, client-go's
+    reflector backoff keeps the informer on the nodes it had: the next test's DaemonSet got a
+    pod bound to a node this test had deleted 11 s before (measured here), which no kubelet
+    finalizes."""
+    await asyncio.to_thread(local.restart_apiserver)
+    probe = unique("restart-probe")
+    await request(api, "POST", "/api/v1/nodes", body={"metadata": {"name": probe}})
+    try:
+
+        async def annotated() -> bool:
+            node = await request(api, "GET", node_path(probe))
+            return TTL_ANNOTATION in (node["metadata"].get("annotations") or {})
+
+        await eventually(annotated, timeout=60, interval=0.3)
+    finally:
+        await request(api, "DELETE", node_path(probe))
+
+
 async def test_after_an_apiserver_restart_each_change_is_one_patch_per_node(
     cluster: ClusterUnderTest,
     operator: OperatorThread,
@@ -67,7 +90,7 @@ async def test_after_an_apiserver_restart_each_change_is_one_patch_per_node(
     policy = await policies("restart", spec)
     await wait_nodes(api, nodes, carries(policy))
 
-    await asyncio.to_thread(local.restart_apiserver)
+    await restart(local, api)
     offset = local.audit_offset()
     assert local.check_running() == []
 
@@ -105,7 +128,7 @@ async def test_the_agent_resumes_its_watch_after_an_apiserver_restart(
     await wait_applied(api, node.name, first, agent)
 
     offset = local.audit_offset()
-    await asyncio.to_thread(local.restart_apiserver)
+    await restart(local, api)
     await asyncio.sleep(2)  # the agent's watch notices the lost connection and resumes
     assert [e for e in local.audit_events(user=AGENT_USER, offset=offset)] == []
 
