@@ -248,12 +248,12 @@ async def uninstall(
             await asyncio.sleep(0.3)
 
 
-async def _node_gone(api: client.ApiClient, name: str) -> bool:
+async def _node(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+    """The Node, or None when it is gone."""
     try:
-        await kubeapi.request(api, "GET", f"/api/v1/nodes/{name}")
+        return await kubeapi.request(api, "GET", kubeapi.node_path(name))
     except kubeapi.NotFound:
-        return True
-    return False
+        return None
 
 
 async def _release_orphan(api: client.ApiClient, pod: dict[str, Any]) -> None:
@@ -266,7 +266,7 @@ async def _release_orphan(api: client.ApiClient, pod: dict[str, Any]) -> None:
     quarantine have passed, in a loop of 20 s (kubernetes/kubernetes@v1.35.4:
     pkg/controller/podgc/gc_controller.go `quarantineTime`, `gcCheckPeriod`)."""
     node = pod.get("spec", {}).get("nodeName")
-    if not node or "deletionTimestamp" not in pod["metadata"] or not await _node_gone(api, node):
+    if not node or "deletionTimestamp" not in pod["metadata"] or await _node(api, node):
         return
     meta = pod["metadata"]
     with contextlib.suppress(kubeapi.NotFound):
@@ -284,9 +284,8 @@ async def _pod_state(api: client.ApiClient, pod: dict[str, Any]) -> str:
     meta, spec = pod["metadata"], pod.get("spec", {})
     where = spec.get("nodeName") or "unbound"
     if spec.get("nodeName"):
-        try:
-            node = await kubeapi.request(api, "GET", f"/api/v1/nodes/{spec['nodeName']}")
-        except kubeapi.NotFound:
+        node = await _node(api, spec["nodeName"])
+        if node is None:
             where += " (node gone)"
         else:
             annotations = node["metadata"].get("annotations") or {}
