@@ -69,6 +69,7 @@ from convergence import (
     startup_deadline,
 )
 from convergence import idle as went_idle
+from vgpu_devcluster import auditlog
 from vgpu_devcluster.agentswarm import SwarmProcess
 from vgpu_devcluster.cluster import LocalCluster
 from vgpu_devcluster.install import (
@@ -153,12 +154,8 @@ async def writes_settled(cluster: LocalCluster, quiet: float, progress: Progress
     while (still := time.monotonic() - last) < quiet:
         progress(f"{quiet - still:.0f}s with no write to go ({writes} since convergence)")
         await asyncio.sleep(2)
-        with cluster.audit_log.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
-        whole = data.rfind(b"\n") + 1  # a line being written is read next time
-        offset += whole
-        for line in data[:whole].splitlines():
+        lines, offset = auditlog.whole_lines(cluster.audit_log, offset)
+        for line in lines:
             e = json.loads(line)
             if (
                 e.get("user", {}).get("username") in WHO

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_devcluster import binaries, certs, kubeconfigs
+from vgpu_devcluster import auditlog, binaries, certs, kubeconfigs
 from vgpu_devcluster.kubeconfigs import write_kubeconfig as write_kubeconfig
 
 # The writes of an identity in this group are logged with their bodies (level Request). No
@@ -412,12 +412,8 @@ class LocalCluster:
     ) -> list[dict[str, Any]]:
         """Audit events after byte `offset`, optionally by user: writes and lists of pods and
         DaemonSets; with `reads`, also the reads logged for the operator's ServiceAccounts."""
-        if not self.audit_log.exists():
-            return []
-        with self.audit_log.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
-        events = [json.loads(line) for line in data.splitlines() if line.strip()]
+        lines, _ = auditlog.whole_lines(self.audit_log, offset)
+        events = [json.loads(line) for line in lines]
         if not reads:
             events = [e for e in events if _logged_by_default(e)]
         if user is not None:
@@ -425,7 +421,8 @@ class LocalCluster:
         return events
 
     def audit_offset(self) -> int:
-        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+        """Where the next event will start (the end of the last whole line, `auditlog`)."""
+        return auditlog.line_end(self.audit_log)
 
 
 def pid_alive(pid: int) -> bool:

@@ -19,6 +19,7 @@ import yaml
 from kubernetes_asyncio import client, config
 
 from tests.cluster.helpers import unique
+from vgpu_devcluster import auditlog
 from vgpu_devcluster.cluster import write_kubeconfig
 from vgpu_devcluster.install import (
     AGENT_USER,
@@ -177,8 +178,8 @@ async def agent_on(
 
 def session_events(audit_log: Path) -> list[dict[str, Any]]:
     """The audit events of the whole session that concern ServiceAccounts or Helm releases."""
-    with audit_log.open("rb") as f:
-        return [json.loads(line) for line in f if any(n in line for n in _NEEDLES)]
+    lines, _ = auditlog.whole_lines(audit_log)
+    return [json.loads(line) for line in lines if any(n in line for n in _NEEDLES)]
 
 
 def username(event: dict[str, Any]) -> str:
